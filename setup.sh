@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# testbed set-up, for a fresh Debian 12 machine, as root.
+#
+#   bash setup.sh         install what is missing, then run experiments/quickstart.yaml
+#   bash setup.sh test    install what is missing, then run the whole test suite
+#
+# Both are idempotent: a second run checks, installs nothing and goes straight on.
+set -euo pipefail
+cd "$(dirname "$0")"
+here=$(pwd)
+
+# Debian packages and why each is needed.
+apt_packages=(
+  iproute2        # ip, tc, ip netns
+  iptables        # -j NFQUEUE for the userspace delay line
+  bridge-utils    # Mininet's LinuxBridge switches
+  mininet         # mnexec, for the mininet backend
+  openssh-server  # sshd stand-in lab hosts for the remote backend's tests
+  openssh-client
+  iperf3          # TCP throughput in fidelity checks and benchmarks
+  ethtool         # offload settings on veths
+  procps kmod     # ps, sysctl; modprobe where modules exist
+  python3 python3-venv python3-dev gcc
+)
+
+log() { printf '[setup] %s\n' "$*"; }
+
+need_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh needs root (namespaces, tc, iptables and apt): run it with sudo" >&2
+    exit 3
+  fi
+}
+
+install_debian_packages() {
+  local missing=()
+  for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then log "Debian packages: all present"; return; fi
+  log "Debian packages: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+install_python_env() {
+  local py=/usr/bin/python3
+  if [ ! -x .venv/bin/python ]; then
+    log "creating .venv with $($py --version)"
+    $py -m venv .venv
+  fi
+  # Reinstall only when the dependency list changed.
+  local stamp; stamp=$(sha256sum pyproject.toml | cut -c1-16)
+  if [ -f .venv/.setup-stamp ] && [ "$(cat .venv/.setup-stamp)" = "$stamp" ] \
+     && .venv/bin/python -c 'import testbed, torch' 2>/dev/null; then
+    log "Python environment: up to date ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"
+    return
+  fi
+  log "Python environment: installing testbed and its dependencies (torch==2.13.0, CPU)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[dev,mininet]"
+  echo "$stamp" > .venv/.setup-stamp
+}
+
+need_root
+install_debian_packages
+install_python_env
+
+case "${1:-quickstart}" in
+  quickstart)
+    log "running experiments/quickstart.yaml"
+    exec .venv/bin/python -m testbed run experiments/quickstart.yaml
+    ;;
+  test)
+    shift || true
+    log "running the test suite"
+    exec .venv/bin/python -m pytest "$@"
+    ;;
+  *)
+    echo "usage: bash setup.sh [test [pytest args…]]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,1 @@
+"""The emulated network: topology (pure data), backends that build it, shapers that shape it."""

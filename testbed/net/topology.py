@@ -1,0 +1,338 @@
+"""Topology: DCs, hosts, gateway routers and links, as pure data (no kernel).
+
+A topology file is YAML with the fields of :class:`Topology`. Each DC has ``hosts`` hosts on a
+bridge behind one gateway router; gateway routers are joined by inter-DC links (a full mesh
+unless ``links`` lists them). Backends (``testbed.net.backends``) realise it; shapers
+(``testbed.net.shaping``) give its links their :class:`LinkProfile`.
+
+Addressing (defaults): DC i (0-based) gets ``10.{i+1}.0.0/24``, its router ``.1`` and host j
+``.{10+j}``; inter-DC link k gets the /30 ``10.255.{k}.0/30`` (transit).
+"""
+from __future__ import annotations
+
+import heapq
+import ipaddress
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Fiber propagation, one way: about 5 µs per km.
+FIBER_MS_PER_KM = 0.005
+# Interface names are at most 15 characters (IFNAMSIZ 16 with the NUL). Backends name
+# interfaces "<6-char run prefix><dc name><up to 3 chars>", so a DC name fits in 6.
+IFNAMSIZ = 15
+MAX_DC_NAME = 6
+DC_NAME_PATTERN = r"^[a-z][a-z0-9]*$"
+# Smallest default queue: room for a few 64 KB GSO packets even on slow, short links.
+MIN_QUEUE_BYTES = 256 * 1024
+TRANSIT_NET = ipaddress.ip_network("10.255.0.0/16")
+
+
+class Strict(BaseModel):
+    """Base for every file-backed model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class JitterDistribution(str, Enum):
+    normal = "normal"
+    uniform = "uniform"
+    pareto = "pareto"
+    paretonormal = "paretonormal"
+
+
+class GilbertElliott(Strict):
+    """Two-state loss (netem ``loss gemodel p r 1-h 1-k``), percentages per packet."""
+
+    p_pct: float = Field(ge=0, le=100, description="P(good → bad) per packet, %")
+    r_pct: float = Field(ge=0, le=100, description="P(bad → good) per packet, %")
+    loss_bad_pct: float = Field(100, ge=0, le=100, description="loss while bad (1-h), %")
+    loss_good_pct: float = Field(0, ge=0, le=100, description="loss while good (1-k), %")
+
+
+class Queue(Strict):
+    """Bottleneck queue limit: exactly one of packets or bytes."""
+
+    packets: int | None = Field(None, gt=0)
+    bytes: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Queue":
+        if (self.packets is None) == (self.bytes is None):
+            raise ValueError("give exactly one of packets or bytes")
+        return self
+
+
+PRESETS: dict[str, dict] = {
+    # Optical transport between DCs: lossless, deterministic latency, high rate.
+    "dc-otn": {"jitter_ms": 0.0, "loss_pct": 0.0, "rate_mbit": 10000.0},
+    # Public WAN: some jitter and loss, about a gigabit.
+    "wan": {"jitter_ms": 1.0, "loss_pct": 0.01, "rate_mbit": 1000.0},
+}
+
+
+class LinkProfile(Strict):
+    """What one direction of a link does to packets. Unset fields inherit (see ``merged``)."""
+
+    preset: Literal["dc-otn", "wan"] | None = Field(None, description="defaults for unset fields")
+    delay_ms: float | None = Field(None, ge=0, le=10_000, description="one-way delay, ms")
+    distance_km: float | None = Field(None, ge=0, le=40_000, description="fiber length; 5 µs/km")
+    jitter_ms: float = Field(0.0, ge=0, le=10_000, description="delay variation, ms")
+    jitter_distribution: JitterDistribution = JitterDistribution.normal
+    loss_pct: float = Field(0.0, ge=0, le=100, description="Bernoulli loss, %")
+    loss_model: Literal["bernoulli", "gilbert_elliott"] = "bernoulli"
+    gilbert_elliott: GilbertElliott | None = None
+    rate_mbit: float | None = Field(None, gt=0, le=400_000, description="None: unshaped")
+    queue: Queue | None = Field(None, description="default: one bandwidth-delay product")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "LinkProfile":
+        if self.delay_ms is not None and self.distance_km is not None:
+            raise ValueError("give delay_ms or distance_km, not both")
+        if self.loss_model == "gilbert_elliott" and self.gilbert_elliott is None:
+            raise ValueError("loss_model gilbert_elliott needs a gilbert_elliott block")
+        return self
+
+    def set_fields(self) -> dict:
+        """The fields given explicitly (including by a preset), as a dict."""
+        return self.model_dump(exclude_unset=True)
+
+    def merged(self, override: "LinkProfile | None") -> "LinkProfile":
+        """This profile with every field ``override`` sets replaced; presets apply underneath."""
+        data = self.set_fields()
+        if override is not None:
+            over = override.set_fields()
+            if "delay_ms" in over:
+                data.pop("distance_km", None)
+            if "distance_km" in over:
+                data.pop("delay_ms", None)
+            data.update(over)
+        preset = data.get("preset")
+        if preset:
+            data = {**PRESETS[preset], **data}
+        return LinkProfile(**data)
+
+    @property
+    def one_way_delay_ms(self) -> float:
+        """The one-way delay in ms: delay_ms, or distance_km × 5 µs, or 0."""
+        if self.delay_ms is not None:
+            return self.delay_ms
+        if self.distance_km is not None:
+            return self.distance_km * FIBER_MS_PER_KM
+        return 0.0
+
+    def queue_limit_bytes(self, rtt_ms: float | None = None) -> int | None:
+        """The queue limit in bytes (packets × 1500), or one BDP at ``rtt_ms`` when unset.
+
+        ``rtt_ms`` defaults to twice this direction's one-way delay. None when unshaped.
+        """
+        if self.queue is not None:
+            return self.queue.bytes if self.queue.bytes else self.queue.packets * 1500
+        if self.rate_mbit is None:
+            return None
+        rtt = 2 * self.one_way_delay_ms if rtt_ms is None else rtt_ms
+        bdp = int(self.rate_mbit * 1e6 / 8 * rtt / 1000)
+        return max(bdp, MIN_QUEUE_BYTES)
+
+
+class Step(LinkProfile):
+    """A change of a link's profile ``at_s`` seconds after the workers start."""
+
+    at_s: float = Field(ge=0, description="seconds after the start of the run")
+
+
+class InterDCLink(LinkProfile):
+    """A link between two DCs' gateway routers. Profile fields apply to both directions;
+    ``reverse`` overrides them for dcs[1] → dcs[0]."""
+
+    dcs: tuple[str, str]
+    reverse: LinkProfile | None = None
+    steps: list[Step] = Field(default_factory=list)
+    trace_csv: str | None = Field(None, description="CSV with at_s and profile columns")
+
+    def own_profile(self) -> LinkProfile:
+        """Only the profile fields this entry sets (not dcs, reverse, steps)."""
+        skip = {"dcs", "reverse", "steps", "trace_csv"}
+        return LinkProfile(**{k: v for k, v in self.set_fields().items() if k not in skip})
+
+
+class DC(Strict):
+    """A datacenter: ``hosts`` hosts on one bridge behind a gateway router."""
+
+    name: str = Field(pattern=DC_NAME_PATTERN, max_length=MAX_DC_NAME,
+                      description=f"lower-case letters and digits, at most {MAX_DC_NAME} "
+                                  "(it is part of Linux interface names)")
+    hosts: int = Field(ge=1, le=64)
+    subnet: ipaddress.IPv4Network | None = None
+    intra: LinkProfile = Field(default_factory=LinkProfile, description="host ↔ DC bridge")
+
+
+class ResolvedLink(BaseModel):
+    """An inter-DC link with everything resolved: per-direction profiles and addresses."""
+
+    index: int
+    a: str
+    b: str
+    a_to_b: LinkProfile
+    b_to_a: LinkProfile
+    steps: list[Step] = Field(default_factory=list)
+    transit: ipaddress.IPv4Network
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}-{self.b}"
+
+
+class Topology(Strict):
+    """DCs and the links between them. Validated as a whole before anything is built."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    description: str = ""
+    dcs: list[DC] = Field(min_length=1)
+    inter_dc: LinkProfile = Field(default_factory=LinkProfile,
+                                  description="default profile of every inter-DC link")
+    links: list[InterDCLink] | None = Field(None, description="None: a full mesh")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Topology":
+        problems = self._dc_problems() + self._link_problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _dc_problems(self) -> list[str]:
+        out, seen = [], set()
+        for dc in self.dcs:
+            if dc.name in seen:
+                out.append(f"DC name {dc.name!r} is used twice")
+            seen.add(dc.name)
+        nets = [(dc.name, self.subnet(dc.name)) for dc in self.dcs] + [("transit", TRANSIT_NET)]
+        for i, (n1, s1) in enumerate(nets):
+            for n2, s2 in nets[i + 1:]:
+                if s1.overlaps(s2):
+                    out.append(f"subnets overlap: {n1} {s1} and {n2} {s2}")
+        for dc in self.dcs:
+            if dc.hosts + 10 > self.subnet(dc.name).num_addresses - 1:
+                out.append(f"DC {dc.name}: subnet {self.subnet(dc.name)} is too small "
+                           f"for {dc.hosts} hosts (hosts start at .10)")
+        return out
+
+    def _link_problems(self) -> list[str]:
+        if self.links is None:
+            return []
+        names, out, pairs = {dc.name for dc in self.dcs}, [], set()
+        for link in self.links:
+            a, b = link.dcs
+            for n in (a, b):
+                if n not in names:
+                    out.append(f"link {a}-{b}: unknown DC {n!r}; DCs are {', '.join(sorted(names))}")
+            if a == b:
+                out.append(f"link {a}-{b} joins a DC to itself")
+            if frozenset((a, b)) in pairs:
+                out.append(f"link {a}-{b} is listed twice")
+            pairs.add(frozenset((a, b)))
+        if not out and len(self.dcs) > 1:
+            unreachable = self._unreachable()
+            if unreachable:
+                out.append(f"DCs {', '.join(unreachable)} are not connected to {self.dcs[0].name}")
+        return out
+
+    def _unreachable(self) -> list[str]:
+        adj = self._adjacency()
+        seen, todo = {self.dcs[0].name}, [self.dcs[0].name]
+        while todo:
+            for nxt in adj[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return [dc.name for dc in self.dcs if dc.name not in seen]
+
+    # ---- derived views (pure functions of the data) ----
+
+    def dc(self, name: str) -> DC:
+        """The DC called ``name``; raises KeyError."""
+        for dc in self.dcs:
+            if dc.name == name:
+                return dc
+        raise KeyError(name)
+
+    def dc_index(self, name: str) -> int:
+        return [dc.name for dc in self.dcs].index(name)
+
+    def subnet(self, name: str) -> ipaddress.IPv4Network:
+        """DC ``name``'s subnet (explicit, or 10.{i+1}.0.0/24)."""
+        dc = self.dc(name)
+        return dc.subnet or ipaddress.ip_network(f"10.{self.dc_index(name) + 1}.0.0/24")
+
+    def router_ip(self, name: str) -> ipaddress.IPv4Address:
+        return self.subnet(name).network_address + 1
+
+    def host_ip(self, name: str, j: int) -> ipaddress.IPv4Address:
+        """Host j (0-based) of DC ``name``."""
+        return self.subnet(name).network_address + 10 + j
+
+    def host_names(self) -> list[tuple[str, int]]:
+        """Every host as (dc name, index), DCs in file order."""
+        return [(dc.name, j) for dc in self.dcs for j in range(dc.hosts)]
+
+    @property
+    def total_hosts(self) -> int:
+        return sum(dc.hosts for dc in self.dcs)
+
+    def _pairs(self) -> list[tuple[str, str, InterDCLink | None]]:
+        if self.links is not None:
+            return [(lk.dcs[0], lk.dcs[1], lk) for lk in self.links]
+        names = [dc.name for dc in self.dcs]
+        return [(a, b, None) for i, a in enumerate(names) for b in names[i + 1:]]
+
+    def _adjacency(self) -> dict[str, list[str]]:
+        adj: dict[str, list[str]] = {dc.name: [] for dc in self.dcs}
+        for a, b, _ in self._pairs():
+            adj[a].append(b)
+            adj[b].append(a)
+        return adj
+
+    def resolved_links(self, inter_dc: LinkProfile | None = None,
+                       per_link: dict[str, LinkProfile] | None = None) -> list[ResolvedLink]:
+        """Every inter-DC link with its per-direction profile.
+
+        Precedence, lowest first: topology ``inter_dc``, the link's own fields, the given
+        ``inter_dc`` override, the given ``per_link["a-b"]`` override; ``reverse`` last for b→a.
+        """
+        out = []
+        for k, (a, b, link) in enumerate(self._pairs()):
+            fwd = self.inter_dc.merged(link.own_profile() if link else None)
+            fwd = fwd.merged(inter_dc)
+            fwd = fwd.merged((per_link or {}).get(f"{a}-{b}"))
+            rev = fwd.merged(link.reverse if link else None)
+            out.append(ResolvedLink(
+                index=k, a=a, b=b, a_to_b=fwd, b_to_a=rev, steps=list(link.steps) if link else [],
+                transit=ipaddress.ip_network(f"10.255.{k}.0/30")))
+        return out
+
+    def routes(self, links: list[ResolvedLink] | None = None) -> dict[str, dict[str, str]]:
+        """Next hop: ``routes()[src][dst]`` is the neighbour DC on the lowest-delay path."""
+        links = links if links is not None else self.resolved_links()
+        adj: dict[str, list[tuple[str, float]]] = {dc.name: [] for dc in self.dcs}
+        for lk in links:
+            adj[lk.a].append((lk.b, lk.a_to_b.one_way_delay_ms + 1e-3))
+            adj[lk.b].append((lk.a, lk.b_to_a.one_way_delay_ms + 1e-3))
+        return {src: _first_hops(adj, src) for src in adj}
+
+
+def _first_hops(adj: dict[str, list[tuple[str, float]]], src: str) -> dict[str, str]:
+    """Dijkstra from ``src``; returns, for every other reachable DC, the first hop."""
+    dist, first = {src: 0.0}, {}
+    heap: list[tuple[float, str, str | None]] = [(0.0, src, None)]
+    while heap:
+        d, node, hop = heapq.heappop(heap)
+        if d > dist.get(node, float("inf")):
+            continue
+        if hop is not None:
+            first.setdefault(node, hop)
+        for nxt, w in adj[node]:
+            if d + w < dist.get(nxt, float("inf")):
+                dist[nxt] = d + w
+                heapq.heappush(heap, (d + w, nxt, hop if hop is not None else nxt))
+    return first

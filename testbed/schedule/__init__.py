@@ -1,0 +1,1 @@
+"""Pipeline schedules as data: the IR, its generators, and the registry of schedule names."""

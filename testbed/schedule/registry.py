@@ -1,0 +1,63 @@
+"""Schedule names and the rules each one puts on pp, chunks and microbatches.
+
+Pure data, importable without torch, so that ``validate`` stays fast and root-free.
+Generators register themselves against these names in ``testbed.schedule.generators``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """What a schedule needs.
+
+    chunks: virtual stages per rank it supports (``None`` = any ≥ 2);
+    min_microbatches_per_pp: microbatches must be ≥ this × pp (0 = no rule);
+    microbatches_multiple_of_pp: microbatches must be a multiple of pp.
+    """
+
+    name: str
+    description: str
+    chunks: tuple[int, ...] | None = (1,)
+    min_microbatches_per_pp: int = 0
+    microbatches_multiple_of_pp: bool = False
+    split_backward: bool = False  # uses I/W instead of B
+
+
+SCHEDULES: dict[str, ScheduleInfo] = {
+    s.name: s
+    for s in [
+        ScheduleInfo("gpipe", "all forwards, then all backwards (GPipe)"),
+        ScheduleInfo("1f1b", "one forward one backward (PipeDream-Flush)", min_microbatches_per_pp=1),
+        ScheduleInfo("interleaved_1f1b", "interleaved 1F1B over several chunks per rank (Megatron)",
+                     chunks=None, min_microbatches_per_pp=1, microbatches_multiple_of_pp=True),
+        ScheduleInfo("zb_h1", "zero-bubble H1: backward split into input (I) and weight (W) grads",
+                     chunks=None, min_microbatches_per_pp=1, split_backward=True),
+        ScheduleInfo("zbv", "zero-bubble V: two chunks per rank in a V shape", chunks=(2,),
+                     min_microbatches_per_pp=1, split_backward=True),
+        ScheduleInfo("dualpipev", "DualPipeV: two chunks per rank, bidirectional", chunks=(2,),
+                     min_microbatches_per_pp=2, split_backward=True),
+    ]
+}
+
+
+def schedule_problems(name: str, pp: int, chunks: int, microbatches: int) -> list[tuple[str, str]]:
+    """Check a schedule's rules; returns (field, message) pairs, empty when all hold."""
+    info = SCHEDULES.get(name)
+    if info is None:
+        return [("schedule", f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")]
+    out: list[tuple[str, str]] = []
+    if info.chunks is None and chunks < 2:
+        out.append(("chunks", f"{name} needs chunks ≥ 2 virtual stages per rank, got {chunks}"))
+    elif info.chunks is not None and chunks not in info.chunks:
+        allowed = " or ".join(map(str, info.chunks))
+        out.append(("chunks", f"{name} runs {allowed} chunk(s) per rank, got {chunks}"))
+    need = info.min_microbatches_per_pp * pp
+    if microbatches < need:
+        out.append(("microbatches", f"{name} needs microbatches ≥ {need} "
+                                    f"({info.min_microbatches_per_pp} × pp={pp}), got {microbatches}"))
+    if info.microbatches_multiple_of_pp and microbatches % pp:
+        out.append(("microbatches", f"{name} needs microbatches to be a multiple of pp={pp}, "
+                                    f"got {microbatches}"))
+    return out

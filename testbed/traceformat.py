@@ -1,0 +1,46 @@
+"""The per-rank trace format: one JSON object per line, written by workers, read by metrics.
+
+Times are integers in nanoseconds of ``time.monotonic_ns()`` on the rank's own clock (all
+namespaces of one machine share CLOCK_MONOTONIC; across hosts the runner records offsets).
+
+Record types (field ``type``):
+
+- ``meta`` (first line): rank, world_size, pp_rank, dp_rank, stages (virtual stages owned),
+  schedule, compute_mode ("real" | "emulated"), microbatches, microbatch_size, seq_len,
+  host, torch_version, clock ("monotonic").
+- ``iter``: iter (0-based), warmup (bool), t0, t1 (iteration start/end on this rank), loss
+  (float or null; real compute on the last stage only).
+- ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/OPT), stage, mb
+  (microbatch or null), t0, t1, cat ("compute" | "comm" | "wait"), bytes (payload bytes, 0 for
+  compute), peer (global rank or null). For compute, t0..t1 is pure compute; a ``wait`` record
+  is time blocked on communication (e.g. waiting for an activation to arrive).
+- ``end``: status ("ok" | "error"), error (message or null), t (ns).
+
+Metrics only trust ``compute`` records as busy time; everything else in an iteration span is idle.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+TRACE_GLOB = "trace-rank*.jsonl"
+
+
+def trace_path(directory: Path, rank: int) -> Path:
+    """Where rank ``rank``'s trace lives inside a cell directory."""
+    return Path(directory) / f"trace-rank{rank}.jsonl"
+
+
+def read_trace(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield the records of one trace file; a torn last line (crash mid-write) is skipped."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                if f.read(1) == "":  # only the last line may be torn
+                    return
+                raise
