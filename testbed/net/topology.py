@@ -15,7 +15,7 @@ import ipaddress
 from enum import Enum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 # Fiber propagation, one way: about 5 µs per km.
 FIBER_MS_PER_KM = 0.005
@@ -83,7 +83,8 @@ class LinkProfile(Strict):
     loss_pct: float = Field(0.0, ge=0, le=100, description="Bernoulli loss, %")
     loss_model: Literal["bernoulli", "gilbert_elliott"] = "bernoulli"
     gilbert_elliott: GilbertElliott | None = None
-    rate_mbit: float | None = Field(None, gt=0, le=400_000, description="None: unshaped")
+    rate_mbit: float | None = Field(None, gt=0, le=400_000,
+                                     description="rate limit, Mbit/s; omit for unshaped")
     queue: Queue | None = Field(None, description="default: one bandwidth-delay product")
 
     @model_validator(mode="after")
@@ -161,8 +162,8 @@ class DC(Strict):
     """A datacenter: ``hosts`` hosts on one bridge behind a gateway router."""
 
     name: str = Field(pattern=DC_NAME_PATTERN, max_length=MAX_DC_NAME,
-                      description=f"lower-case letters and digits, at most {MAX_DC_NAME} "
-                                  "(it is part of Linux interface names)")
+                      description=f"lower-case letters and digits, at most {MAX_DC_NAME}: "
+                                  "DC names become part of Linux interface names")
     hosts: int = Field(ge=1, le=64)
     subnet: ipaddress.IPv4Network | None = None
     intra: LinkProfile = Field(default_factory=LinkProfile, description="host ↔ DC bridge")
@@ -195,47 +196,57 @@ class Topology(Strict):
     links: list[InterDCLink] | None = Field(None, description="None: a full mesh")
 
     @model_validator(mode="after")
-    def _check(self) -> "Topology":
-        problems = self._dc_problems() + self._link_problems()
-        if problems:
-            raise ValueError("; ".join(problems))
+    def _check(self, info: ValidationInfo) -> "Topology":
+        # Callers that report problems with file positions (testbed.spec) defer these checks
+        # and call problems() themselves; everyone else gets them as one ValueError.
+        if not (info.context or {}).get("defer_checks"):
+            problems = self.problems()
+            if problems:
+                raise ValueError("; ".join(msg for _, msg in problems))
         return self
 
-    def _dc_problems(self) -> list[str]:
+    def problems(self) -> list[tuple[tuple, str]]:
+        """Checks across DCs and links; (location in the file, message) pairs, empty if fine."""
+        return self._dc_problems() + self._link_problems()
+
+    def _dc_problems(self) -> list[tuple[tuple, str]]:
         out, seen = [], set()
-        for dc in self.dcs:
+        for i, dc in enumerate(self.dcs):
             if dc.name in seen:
-                out.append(f"DC name {dc.name!r} is used twice")
+                out.append((("dcs", i, "name"), f"DC name {dc.name!r} is used twice"))
             seen.add(dc.name)
-        nets = [(dc.name, self.subnet(dc.name)) for dc in self.dcs] + [("transit", TRANSIT_NET)]
-        for i, (n1, s1) in enumerate(nets):
-            for n2, s2 in nets[i + 1:]:
+        nets = [(("dcs", i, "subnet"), dc.name, self.subnet(dc.name))
+                for i, dc in enumerate(self.dcs)] + [((), "transit", TRANSIT_NET)]
+        for i, (loc, n1, s1) in enumerate(nets):
+            for loc2, n2, s2 in nets[i + 1:]:
                 if s1.overlaps(s2):
-                    out.append(f"subnets overlap: {n1} {s1} and {n2} {s2}")
-        for dc in self.dcs:
+                    out.append((loc2 or loc, f"subnets overlap: {n1} {s1} and {n2} {s2}"))
+        for i, dc in enumerate(self.dcs):
             if dc.hosts + 10 > self.subnet(dc.name).num_addresses - 1:
-                out.append(f"DC {dc.name}: subnet {self.subnet(dc.name)} is too small "
-                           f"for {dc.hosts} hosts (hosts start at .10)")
+                out.append((("dcs", i, "hosts"), f"subnet {self.subnet(dc.name)} is too small "
+                            f"for {dc.hosts} hosts (hosts start at .10)"))
         return out
 
-    def _link_problems(self) -> list[str]:
+    def _link_problems(self) -> list[tuple[tuple, str]]:
         if self.links is None:
             return []
         names, out, pairs = {dc.name for dc in self.dcs}, [], set()
-        for link in self.links:
+        for i, link in enumerate(self.links):
             a, b = link.dcs
-            for n in (a, b):
+            for j, n in enumerate((a, b)):
                 if n not in names:
-                    out.append(f"link {a}-{b}: unknown DC {n!r}; DCs are {', '.join(sorted(names))}")
+                    out.append((("links", i, "dcs", j),
+                                f"unknown DC {n!r}; DCs are {', '.join(sorted(names))}"))
             if a == b:
-                out.append(f"link {a}-{b} joins a DC to itself")
+                out.append((("links", i, "dcs"), f"link {a}-{b} joins a DC to itself"))
             if frozenset((a, b)) in pairs:
-                out.append(f"link {a}-{b} is listed twice")
+                out.append((("links", i, "dcs"), f"link {a}-{b} is listed twice"))
             pairs.add(frozenset((a, b)))
         if not out and len(self.dcs) > 1:
             unreachable = self._unreachable()
             if unreachable:
-                out.append(f"DCs {', '.join(unreachable)} are not connected to {self.dcs[0].name}")
+                out.append((("links",), f"DCs {', '.join(unreachable)} are not connected to "
+                                        f"{self.dcs[0].name}"))
         return out
 
     def _unreachable(self) -> list[str]:

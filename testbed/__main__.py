@@ -1,0 +1,40 @@
+"""``python -m testbed``: maps errors to exit codes and short messages.
+
+Set TESTBED_DEBUG=1 to see full tracebacks.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from testbed.errors import EXIT_CELLS_FAILED, TestbedError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code (0 ok, 1 cells failed, 2 bad input, 3 machine)."""
+    debug = os.environ.get("TESTBED_DEBUG") == "1"
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from testbed import cli
+
+    try:
+        return cli.main(argv)
+    except TestbedError as e:
+        if debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the one place that turns surprises into messages
+        if debug:
+            raise
+        print(f"internal error: {type(e).__name__}: {e} (set TESTBED_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return EXIT_CELLS_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
