@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from testbed.errors import Problem, SpecError
 from testbed.net.topology import LinkProfile, Strict, Topology
+from testbed.placement import PLACEMENTS
 from testbed.schedule.registry import SCHEDULES, schedule_problems
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ class Experiment(Strict):
     topology: Topology
     links: LinkOverrides = Field(default_factory=LinkOverrides)
     workload: Workload = Field(default_factory=Workload)
-    placement: Literal["in_order"] = "in_order"
+    placement: Literal["in_order"] = Field("in_order", description="stage → DC/host assignment")
     matrix: dict[str, Any] = Field(default_factory=dict)
     repeat: int = Field(1, ge=1, le=1000)
     timeout_s: float = Field(600, gt=0, description="per cell; workers are killed after it")
@@ -457,6 +458,11 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
         out.append((("workload", "parallel"), f"pp × dp = {w.parallel.pp} × {w.parallel.dp} = "
                     f"{w.world_size} ranks need {w.world_size} hosts; the topology "
                     f"{exp.topology.name!r} has {hosts}"))
+    if w.world_size <= hosts:
+        try:
+            PLACEMENTS[exp.placement](exp.topology, w.parallel.pp, w.parallel.dp)
+        except SpecError as e:
+            out += [(("placement",), p.message) for p in e.problems]
     names = {f"{lk.a}-{lk.b}" for lk in exp.topology.resolved_links()}
     for key in exp.links.per_link:
         if key not in names:

@@ -1,0 +1,1 @@
+"""The experiment runner: cell lifecycle, results store, progress, resume, report."""

@@ -1,0 +1,164 @@
+"""Summary tables and plots rebuilt from a run directory's results.csv (and cell traces for the
+timeline). ``python -m testbed report RUN_DIR`` calls :func:`build_report`.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from testbed.runner.store import BODY_COLUMNS, HEAD_COLUMNS, atomic_write  # noqa: E402
+from testbed.traceformat import read_trace  # noqa: E402
+
+log = logging.getLogger(__name__)
+METRICS = ["iteration_time_s", "bubble_ratio", "throughput_tokens_s", "exposed_comm_s"]
+COLORS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#55a868"}
+
+
+def swept_columns(df: pd.DataFrame) -> list[str]:
+    """The swept parameters: the columns between the head and the fixed body columns."""
+    fixed = set(HEAD_COLUMNS) | set(BODY_COLUMNS)
+    return [c for c in df.columns if c not in fixed and not c.startswith("link_")]
+
+
+def build_report(run_dir: Path) -> list[Path]:
+    """Write summary.md and plots/*.png for ``run_dir``; returns the files written.
+
+    Raises FileNotFoundError when results.csv is missing.
+    """
+    run_dir = Path(run_dir)
+    df = pd.read_csv(run_dir / "results.csv")
+    plots = run_dir / "plots"
+    plots.mkdir(exist_ok=True)
+    written = [_summary(df, run_dir)]
+    ok = df[df["status"] == "ok"]
+    if len(ok):
+        written += _metric_plots(ok, plots)
+        written += _timeline_plot(ok, run_dir, plots)
+    return written
+
+
+def results_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One line per cell (repeats averaged): swept values, status and the main metrics."""
+    cols = ["cell_id"] + swept_columns(df) + ["status"] + [m for m in METRICS if m in df]
+    table = df[cols].copy()
+    for m in METRICS:
+        if m in table:
+            table[m] = table[m].astype(float)
+    agg = {c: "first" for c in cols if c not in METRICS and c != "cell_id"}
+    agg.update({m: "mean" for m in METRICS if m in table})
+    return table.groupby("cell_id", sort=False).agg(agg).reset_index()
+
+
+def _summary(df: pd.DataFrame, run_dir: Path) -> Path:
+    lines = [f"# {df['experiment'].iloc[0]} — run {df['run_id'].iloc[0]}", ""]
+    n_ok = int((df["status"] == "ok").sum())
+    lines += [f"{len(df)} rows: {n_ok} ok, {len(df) - n_ok} failed or skipped.", "",
+              "## All cells", "", _markdown(results_table(df)), ""]
+    ok = df[df["status"] == "ok"]
+    for axis in swept_columns(df):
+        if len(ok) and ok[axis].nunique() > 1:
+            by = ok.groupby(axis)[[m for m in METRICS if m in ok]].mean().reset_index()
+            lines += [f"## By {axis} (mean over the other axes)", "", _markdown(by), ""]
+    failed = df[df["status"] != "ok"]
+    if len(failed):
+        lines += ["## Failed cells", ""]
+        lines += [f"- `{r.cell_id}` repeat {r.repeat}: {r.error}" for r in failed.itertuples()]
+    path = run_dir / "summary.md"
+    atomic_write(path, ("\n".join(lines) + "\n").encode())
+    return path
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    def fmt(v):
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    head = "| " + " | ".join(df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    body = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule] + body)
+
+
+def _axis(df: pd.DataFrame, suffix: str) -> str | None:
+    return next((c for c in swept_columns(df) if c.endswith(suffix) and df[c].nunique() > 1), None)
+
+
+def _metric_plots(ok: pd.DataFrame, plots: Path) -> list[Path]:
+    out = []
+    group = "schedule" if ok["schedule"].nunique() > 1 else None
+    delay = _axis(ok, "delay_ms")
+    if delay:
+        out.append(_line_plot(ok, delay, "bubble_ratio", group, plots / "bubble_vs_delay.png",
+                              "Bubble ratio (idle / span) vs one-way inter-DC delay",
+                              "one-way inter-DC delay (ms)", "bubble ratio"))
+        out.append(_line_plot(ok, delay, "iteration_time_s", group, plots / "iteration_vs_delay.png",
+                              "Iteration time vs one-way inter-DC delay",
+                              "one-way inter-DC delay (ms)", "iteration time (s)"))
+    rate = _axis(ok, "rate_mbit")
+    if rate:
+        for metric, label in [("iteration_time_s", "iteration time (s)"),
+                              ("throughput_tokens_s", "throughput (tokens/s)")]:
+            out.append(_line_plot(ok, rate, metric, group, plots / f"{metric}_vs_rate.png",
+                                  f"{label.split(' (')[0].capitalize()} vs inter-DC rate",
+                                  "inter-DC rate (Mbit/s)", label))
+    return out
+
+
+def _line_plot(df, x, y, group, path, title, xlabel, ylabel) -> Path:
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for name, part in (df.groupby(group) if group else [("all", df)]):
+        means = part.groupby(x)[y].mean().sort_index()
+        ax.plot(means.index, means.values, marker="o", label=str(name))
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    if group:
+        ax.legend(title=group)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _timeline_plot(ok: pd.DataFrame, run_dir: Path, plots: Path) -> list[Path]:
+    """A Gantt chart of F/B/I/W per rank for the last measured iteration of one cell."""
+    row = ok.iloc[-1]
+    cell_id, repeat = row["cell_id"], int(row["repeat"])
+    cell_dir = run_dir / "cells" / (cell_id if repeat == 0 else f"{cell_id}-r{repeat}")
+    traces = sorted(cell_dir.glob("trace-rank*.jsonl"))
+    if not traces:
+        log.info("no traces in %s; timeline skipped", cell_dir)
+        return []
+    fig, ax = plt.subplots(figsize=(9, 1 + 0.6 * len(traces)))
+    t_min = None
+    bars = []
+    for path in traces:
+        recs = list(read_trace(path))
+        rank = next((r["rank"] for r in recs if r.get("type") == "meta"), None)
+        iters = [r for r in recs if r.get("type") == "iter" and not r.get("warmup")]
+        if rank is None or not iters:
+            continue
+        last = iters[-1]
+        t_min = last["t0"] if t_min is None else min(t_min, last["t0"])
+        bars += [(rank, r) for r in recs if r.get("type") == "action" and r.get("cat") == "compute"
+                 and r.get("iter") == last["iter"]]
+    for rank, r in bars:
+        ax.broken_barh([((r["t0"] - t_min) / 1e6, (r["t1"] - r["t0"]) / 1e6)], (rank - 0.4, 0.8),
+                       color=COLORS.get(r["kind"], "#8c8c8c"))
+        ax.text((r["t0"] + r["t1"] - 2 * t_min) / 2e6, rank, f"{r['kind']}{r.get('mb', '')}",
+                ha="center", va="center", fontsize=6, color="white")
+    label = " ".join(f"{c.rsplit('.', 1)[-1]}={row[c]}" for c in swept_columns(ok))
+    ax.set(title=f"Timeline of cell {cell_id} ({label}), last measured iteration",
+           xlabel="time (ms)", ylabel="rank")
+    ax.set_yticks(sorted({b[0] for b in bars}))
+    ax.invert_yaxis()
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+    ax.legend(handles, list(COLORS), ncol=4, fontsize=7, loc="upper right")
+    fig.tight_layout()
+    path = plots / "timeline.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

@@ -1,0 +1,144 @@
+"""The results directory of one run, written so that a crash never loses a finished row.
+
+Layout (``results/<experiment>/<run-id>/``)::
+
+    experiment.yaml      the file as given        resolved.json   every cell, resolved
+    results.csv          one row per cell × repeat (rewritten atomically after every cell)
+    results.parquet      the same table, when pyarrow is present
+    summary.md, plots/   from ``testbed.runner.report``
+    run.log              the run's log
+    cells/<cell-id>/     cell.json, trace-rank*.jsonl, worker-rank*.log, trace.json
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from testbed.errors import SpecError, Problem
+
+# Leading columns in this order (ARCHITECTURE.md); swept parameters follow "error", link
+# fidelity columns come last.
+HEAD_COLUMNS = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
+BODY_COLUMNS = [
+    "backend", "shaper", "placement", "schedule", "executor", "compute_mode", "pp", "dp",
+    "chunks", "microbatches", "iteration_time_s", "iteration_time_p95_s", "bubble_ratio",
+    "bubble_ratio_max", "bubble_ratio_megatron", "throughput_tokens_s", "throughput_samples_s",
+    "exposed_comm_s", "predicted_iteration_time_s", "predicted_bubble_ratio",
+    "iterations_measured", "delayline_drops", "started_at", "duration_s",
+]
+STATUSES = ("ok", "failed", "skipped")
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus 4 random hex digits."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old or the new file, never a torn one."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass
+class RunStore:
+    """One run directory: rows in memory mirrored to results.csv after every change."""
+
+    root: Path
+    experiment: str
+    run_id: str
+    rows: list[dict[str, Any]]
+
+    @classmethod
+    def create(cls, results_root: Path, experiment_name: str, source: Path) -> "RunStore":
+        """Make ``results_root/<experiment>/<new run id>/`` and copy the experiment file in."""
+        run_id = new_run_id()
+        root = Path(results_root) / experiment_name / run_id
+        (root / "cells").mkdir(parents=True)
+        shutil.copyfile(source, root / "experiment.yaml")
+        return cls(root, experiment_name, run_id, [])
+
+    @classmethod
+    def open(cls, run_dir: Path) -> "RunStore":
+        """Reopen an existing run directory (for ``--resume`` and ``report``).
+
+        Raises SpecError when it is not a run directory.
+        """
+        run_dir = Path(run_dir)
+        csv = run_dir / "results.csv"
+        if not (run_dir / "experiment.yaml").is_file():
+            raise SpecError([Problem(str(run_dir), 0, 0, "", "not a run directory (no "
+                                     "experiment.yaml); give results/<experiment>/<run-id>")])
+        rows = pd.read_csv(csv).to_dict("records") if csv.is_file() else []
+        rows = [{k: _clean(v) for k, v in r.items()} for r in rows]
+        return cls(run_dir, run_dir.parent.name, run_dir.name, rows)
+
+    @property
+    def csv_path(self) -> Path:
+        return self.root / "results.csv"
+
+    def cell_dir(self, cell_id: str, repeat: int) -> Path:
+        """The directory for one cell × repeat (created)."""
+        d = self.root / "cells" / (cell_id if repeat == 0 else f"{cell_id}-r{repeat}")
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def finished(self) -> set[tuple[str, int]]:
+        """(cell_id, repeat) pairs that already have an ``ok`` row."""
+        return {(r["cell_id"], int(r["repeat"])) for r in self.rows if r.get("status") == "ok"}
+
+    def put(self, row: dict[str, Any]) -> None:
+        """Add or replace the row of (cell_id, repeat) and write the table to disk atomically."""
+        key = (row["cell_id"], int(row["repeat"]))
+        self.rows = [r for r in self.rows if (r["cell_id"], int(r["repeat"])) != key] + [row]
+        self.write()
+
+    def frame(self) -> pd.DataFrame:
+        """The rows as a DataFrame with the contract's column order."""
+        df = pd.DataFrame(self.rows)
+        return df[ordered_columns(list(df.columns))] if len(df) else df
+
+    def write(self) -> None:
+        """Write results.csv (and results.parquet when possible), each atomically."""
+        df = self.frame()
+        atomic_write(self.csv_path, df.to_csv(index=False).encode())
+        try:
+            import io
+            buf = io.BytesIO()
+            df.astype({c: "string" for c in df.columns if df[c].dtype == object}).to_parquet(buf)
+            atomic_write(self.root / "results.parquet", buf.getvalue())
+        except ImportError:
+            pass
+
+    def write_json(self, name: str, data: Any) -> None:
+        atomic_write(self.root / name, json.dumps(data, indent=2, default=str).encode())
+
+
+def ordered_columns(columns: list[str]) -> list[str]:
+    """Contract order: head, swept parameters (dotted), body, then link columns."""
+    head = [c for c in HEAD_COLUMNS if c in columns]
+    body = [c for c in BODY_COLUMNS if c in columns]
+    links = sorted(c for c in columns if c.startswith("link_"))
+    params = [c for c in columns if c not in head + body + links]
+    return head + params + body + links
+
+
+def _clean(v: Any) -> Any:
+    return None if isinstance(v, float) and v != v else v
