@@ -18,6 +18,7 @@ apt_packages=(
   openssh-server  # sshd stand-in lab hosts for the remote backend's tests
   openssh-client
   iperf3          # TCP throughput in fidelity checks and benchmarks
+  iputils-ping    # RTT probes
   ethtool         # offload settings on veths
   procps kmod     # ps, sysctl; modprobe where modules exist
   python3 python3-venv python3-dev gcc
@@ -58,8 +59,13 @@ install_python_env() {
     return
   fi
   log "Python environment: installing testbed and its dependencies (torch==2.13.0, CPU)"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev,mininet]"
+  local pip_log=.venv/setup-pip.log
+  if ! { .venv/bin/python -m pip install --upgrade pip \
+         && .venv/bin/python -m pip install -e ".[dev,mininet]"; } >"$pip_log" 2>&1; then
+    tail -n 30 "$pip_log" >&2
+    echo "[setup] pip install failed; full log: $here/$pip_log" >&2
+    exit 3
+  fi
   echo "$stamp" > .venv/.setup-stamp
 }
 
