@@ -73,3 +73,15 @@ def test_probe_reports_netem_as_the_kernel_has_it_and_leaves_no_namespace(netns_
     assert report.shaper == ("netem" if has_netem else "delayline")
     assert report.ok("iptables NFQUEUE") and report.ok("qdisc htb")
     assert report.exit_code == 0
+
+
+def test_report_on_a_directory_that_is_not_a_run_is_bad_input(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def test_run_is_not_offered_before_its_network_layer_exists():
+    import importlib.util
+
+    has_netops = importlib.util.find_spec("testbed.runner.netops") is not None
+    assert ("run" in _subcommands()) == has_netops

@@ -1,0 +1,135 @@
+"""One cell's lifecycle: build → shape → verify → measure → place → launch → watch → metrics →
+row → teardown (always, in reverse order of build, also on failure or interrupt).
+
+Status: the lifecycle is written against ``testbed.runner.netops``, which does not exist yet
+(it lands with the network and worker issues); nothing imports this module until then.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import TestbedError
+from testbed.net.topology import ResolvedLink
+from testbed.placement import PLACEMENTS, Slot
+from testbed.runner import netops
+from testbed.runner.store import RunStore
+from testbed.spec import Cell, LoadedExperiment
+
+log = logging.getLogger(__name__)
+MASTER_PORT = 29500
+
+
+class CellRunner:
+    """Runs cells of one experiment; a context manager so the shaper choice is probed once."""
+
+    def __init__(self, le: LoadedExperiment, store: RunStore):
+        self.le, self.store = le, store
+        self.shaper_name = ""
+        self.shaper_reason = ""
+
+    def __enter__(self) -> "CellRunner":
+        self.shaper_name, self.shaper_reason = netops.choose_shaper(self.le.experiment.shaper)
+        log.info("shaper %s: %s", self.shaper_name, self.shaper_reason)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
+        """Run one cell × repeat; always returns its row (status ok or failed)."""
+        row = self._base_row(cell, repeat)
+        cell_dir = self.store.cell_dir(cell.cell_id, repeat)
+        t0 = time.monotonic()
+        try:
+            row.update(self._run(cell, repeat, cell_dir))
+            row["status"], row["error"] = "ok", ""
+        except TestbedError as e:
+            log.warning("cell %s failed: %s", cell.cell_id, e)
+            row["status"], row["error"] = "failed", _one_line(str(e))
+        row["duration_s"] = round(time.monotonic() - t0, 3)
+        return row
+
+    def _base_row(self, cell: Cell, repeat: int) -> dict[str, Any]:
+        exp, w = cell.experiment, cell.experiment.workload
+        return {
+            "experiment": exp.name, "run_id": self.store.run_id, "cell_id": cell.cell_id,
+            "repeat": repeat, "status": "failed", "error": "", **cell.params,
+            "backend": exp.backend, "shaper": self.shaper_name, "placement": exp.placement,
+            "schedule": w.schedule, "executor": w.executor, "compute_mode": w.compute.mode,
+            "pp": w.parallel.pp, "dp": w.parallel.dp, "chunks": w.chunks,
+            "microbatches": w.microbatches,
+            "predicted_iteration_time_s": None, "predicted_bubble_ratio": None,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    def _run(self, cell: Cell, repeat: int, cell_dir: Path) -> dict[str, Any]:
+        exp = cell.experiment
+        links = exp.topology.resolved_links(exp.links.inter_dc, exp.links.per_link)
+        slots = PLACEMENTS[exp.placement](exp.topology, exp.workload.parallel.pp,
+                                          exp.workload.parallel.dp)
+        _write_cell_json(cell, repeat, self.store.run_id, slots, cell_dir)
+        with ExitStack() as stack:
+            net = netops.build(exp, links, stack)
+            shaper = netops.shape(self.shaper_name, net, exp, links, stack)
+            row = netops.fidelity_columns(net, links, measure=exp.measure_links)
+            procs = self._launch(net, cell, slots, cell_dir, stack)
+            netops.start_steps(shaper, links)
+            netops.watch_workers(procs, exp.timeout_s, cell_dir)
+            row["delayline_drops"] = netops.drops(shaper)
+        row.update(netops.metrics_row(cell_dir, exp))
+        return row
+
+    def _launch(self, net, cell: Cell, slots: list[Slot], cell_dir: Path, stack: ExitStack):
+        master = netops.host_of(net, slots[0])
+        procs = {}
+        for slot in slots:
+            host = netops.host_of(net, slot)
+            env = dict(os.environ, RANK=str(slot.rank), WORLD_SIZE=str(len(slots)),
+                       LOCAL_RANK="0", MASTER_ADDR=str(master.ip), MASTER_PORT=str(MASTER_PORT),
+                       GLOO_SOCKET_IFNAME=host.iface,
+                       TESTBED_TIMEOUT_S=str(int(cell.experiment.timeout_s)))
+            logf = open(cell_dir / f"worker-rank{slot.rank}.log", "wb")
+            stack.callback(logf.close)
+            argv = [sys.executable, "-m", "testbed.train.worker",
+                    "--cell", str(cell_dir / "cell.json"), "--out", str(cell_dir)]
+            procs[slot.rank] = net.popen(host, argv, env=env, stdout=logf, stderr=logf)
+            stack.callback(netops.stop_process, procs[slot.rank])
+        return procs
+
+
+def _write_cell_json(cell: Cell, repeat: int, run_id: str, slots: list[Slot],
+                     cell_dir: Path) -> None:
+    exp = cell.experiment
+    data = {
+        "cell_id": cell.cell_id, "run_id": run_id, "repeat": repeat, "params": cell.params,
+        "workload": exp.workload.model_dump(mode="json"),
+        "placement": [{"rank": s.rank, "pp_rank": s.pp_rank, "dp_rank": s.dp_rank, "dc": s.dc,
+                       "host_index": s.host_index} for s in slots],
+        "experiment": exp.model_dump(mode="json"),
+    }
+    (cell_dir / "cell.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+def _one_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return " | ".join(lines[-3:]) if lines else "unknown error"
+
+
+def link_columns(link: ResolvedLink, measured: dict[str, float | None]) -> dict[str, Any]:
+    """The CSV columns of one inter-DC link: configured and measured RTT and rate."""
+    p = f"link_{link.name}_"
+    rate = link.a_to_b.rate_mbit
+    return {
+        p + "rtt_ms_configured": link.a_to_b.one_way_delay_ms + link.b_to_a.one_way_delay_ms,
+        p + "rtt_ms_measured": measured.get("rtt_ms"),
+        p + "rtt_ms_p99_measured": measured.get("rtt_ms_p99"),
+        p + "rate_mbit_configured": rate,
+        p + "rate_mbit_measured": measured.get("rate_mbit"),
+    }

@@ -1,0 +1,83 @@
+"""``run`` and ``report`` subcommands."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+from testbed.errors import EXIT_OK, MachineError
+
+
+def add_subcommands(sub) -> None:
+    """Register ``report``, and ``run`` once the cell lifecycle's network/worker layer
+    (``testbed.runner.netops``) exists: until then the CLI does not offer a run that cannot work."""
+    r = sub.add_parser("report", help="rebuild summary.md and plots/ from a run's results.csv",
+                       description="Rebuild summary.md and plots/ from RUN_DIR/results.csv.")
+    r.add_argument("run_dir", type=Path)
+    r.set_defaults(func=_report)
+    if importlib.util.find_spec("testbed.runner.netops") is None:
+        return
+    p = sub.add_parser("run", help="run an experiment: every cell of its matrix",
+                       description="Build the network, run the workers and write results for "
+                                   "every cell. Needs root.")
+    p.add_argument("experiment", type=Path)
+    p.add_argument("--results", type=Path, default=Path("results"),
+                   help="output root (default: results/)")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                   help="continue a run: skip cells that already have an ok row")
+    p.add_argument("--only", nargs="+", metavar="CELL_ID", default=[],
+                   help="run only these cells (ids from `plan`)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from testbed.cli import print_plan
+    from testbed.runner.report import build_report, results_table
+    from testbed.runner.run import Interrupted, RunOptions, run_experiment
+    from testbed.spec import load_experiment
+
+    console = Console()
+    if args.dry_run:
+        print_plan(load_experiment(args.experiment), console)
+        return EXIT_OK
+    if os.geteuid() != 0:
+        raise MachineError("`run` needs root (namespaces, tc, iptables)",
+                           "run it as root, e.g. sudo .venv/bin/python -m testbed run …")
+    opts = RunOptions(results=args.results, resume=args.resume, only=args.only, quiet=args.quiet)
+    try:
+        code, store = run_experiment(args.experiment, opts, console)
+    except Interrupted as e:
+        console.print(f"stopped by {e}; finished rows are kept. Continue with: "
+                      f"--resume <run dir>")
+        return 130
+    if store.rows:
+        build_report(store.root)
+        _print_results(console, store, results_table(store.frame()))
+    return code
+
+
+def _print_results(console: Console, store, table) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"results: {store.csv_path}")
+    for c in table.columns:
+        t.add_column(c.rsplit(".", 1)[-1])
+    for row in table.itertuples(index=False):
+        t.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
+    console.print(t)
+    console.print(f"summary: {store.root / 'summary.md'}   plots: {store.root / 'plots'}")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from testbed.runner.report import build_report
+    from testbed.runner.store import RunStore
+
+    RunStore.open(args.run_dir)  # a clear error when it is not a run directory
+    for path in build_report(args.run_dir):
+        print(path)
+    return EXIT_OK

@@ -1,0 +1,147 @@
+"""The sweep: every cell × repeat in order, each row on disk before the next cell starts.
+
+A failed cell is recorded and the sweep goes on; Ctrl-C (or SIGTERM) tears the current cell
+down and stops with finished rows intact; ``--resume`` skips the cells that already have an
+``ok`` row (failed ones run again and their row is replaced).
+
+Status: written and unit-tested through the store; ``run`` is offered by the CLI only once
+``testbed.runner.netops`` (the adapter to the network backends, shapers and workers) exists.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from testbed.errors import EXIT_CELLS_FAILED, EXIT_OK, Problem, SpecError
+from testbed.runner.store import RunStore
+from testbed.spec import Cell, LoadedExperiment, load_experiment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunOptions:
+    results: Path = Path("results")
+    resume: Path | None = None
+    only: list[str] = field(default_factory=list)
+    quiet: bool = False
+
+
+class Interrupted(Exception):
+    """SIGTERM/SIGINT arrived; the current cell is torn down and the sweep stops."""
+
+
+def select_cells(le: LoadedExperiment, only: list[str]) -> list[Cell]:
+    """The cells to run: all, or those named in ``only``; raises SpecError for unknown ids."""
+    if not only:
+        return le.cells
+    known = {c.cell_id: c for c in le.cells}
+    unknown = [c for c in only if c not in known]
+    if unknown:
+        raise SpecError([Problem(str(le.path), 0, 0, "--only", f"unknown cell id {u!r}; "
+                                 f"`plan` lists the ids") for u in unknown])
+    return [known[c] for c in only]
+
+
+def open_store(le: LoadedExperiment, opts: RunOptions) -> RunStore:
+    """A new run directory, or the one being resumed (which must be of the same experiment)."""
+    if opts.resume is None:
+        return RunStore.create(opts.results, le.experiment.name, le.path)
+    store = RunStore.open(opts.resume)
+    if store.experiment != le.experiment.name:
+        raise SpecError([Problem(str(opts.resume), 0, 0, "--resume", f"run directory belongs to "
+                                 f"experiment {store.experiment!r}, not {le.experiment.name!r}")])
+    return store
+
+
+@contextmanager
+def _signals_as_interrupt() -> Iterator[None]:
+    def handler(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def _run_log(store: RunStore) -> Iterator[None]:
+    handler = logging.FileHandler(store.root / "run.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(min(old_level or logging.WARNING, logging.INFO))
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        handler.close()
+
+
+def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int, RunStore]:
+    """Run (or resume) an experiment; returns (exit code, store).
+
+    Exit code 0 when every row is ok, 1 when some cell failed. Raises SpecError for bad input,
+    MachineError when the machine cannot run it, Interrupted when stopped by a signal.
+    """
+    from testbed.runner.cell import CellRunner
+
+    le = load_experiment(path)
+    cells = select_cells(le, opts.only)
+    store = open_store(le, opts)
+    store.write_json("resolved.json", {c.cell_id: {"params": c.params,
+                                                   "experiment": c.experiment.model_dump(mode="json")}
+                                       for c in le.cells})
+    todo = [(c, r) for c in cells for r in range(le.experiment.repeat)
+            if (c.cell_id, r) not in store.finished()]
+    console.print(f"run [bold]{store.root}[/]: {len(todo)} of {len(cells) * le.experiment.repeat} "
+                  f"cell runs to do")
+    with _run_log(store), _signals_as_interrupt(), CellRunner(le, store) as runner:
+        _sweep(todo, runner, store, console, opts.quiet)
+    failed = [r for r in store.rows if r.get("status") != "ok"]
+    return (EXIT_CELLS_FAILED if failed else EXIT_OK), store
+
+
+def _sweep(todo: list[tuple[Cell, int]], runner, store: RunStore, console: Console,
+           quiet: bool) -> None:
+    plain = quiet or not console.is_terminal
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                        console=console, disable=plain)
+    with progress:
+        task = progress.add_task("cells", total=len(todo))
+        for i, (cell, repeat) in enumerate(todo):
+            progress.update(task, description=f"[{cell.cell_id}] {cell.label}")
+            t0 = time.monotonic()
+            row = runner.run(cell, repeat)
+            store.put(row)
+            msg = _one_line(i, len(todo), cell, repeat, row, time.monotonic() - t0)
+            log.info(msg)
+            if plain and not quiet:
+                console.print(msg, highlight=False)
+            elif not plain:
+                progress.console.print(msg, highlight=False)
+            progress.advance(task)
+
+
+def _one_line(i: int, n: int, cell: Cell, repeat: int, row: dict, seconds: float) -> str:
+    head = f"[{i + 1}/{n}] {cell.cell_id} {cell.label}" + (f" repeat {repeat}" if repeat else "")
+    if row["status"] != "ok":
+        return f"{head}: FAILED after {seconds:.1f} s: {row.get('error')}"
+    return (f"{head}: iteration {row['iteration_time_s']:.3f} s, bubble "
+            f"{row['bubble_ratio']:.3f}, {row['throughput_tokens_s']:.0f} tokens/s "
+            f"({seconds:.1f} s)")
