@@ -5,6 +5,7 @@ Needs root for the kernel checks; without root they are reported as unknown.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -98,6 +99,22 @@ def _kernel_checks(ns: str) -> list[Check]:
     ok, msg = _run(ipn + ["iptables", "-w", "-A", "FORWARD", "-j", "NFQUEUE", "--queue-num", "0"])
     checks.append(Check("iptables NFQUEUE", ok, "" if ok else msg))
     return checks
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_has_netem() -> bool:
+    """Whether the kernel accepts a netem qdisc; tried in a throwaway namespace ``tbnetem<pid>``
+    (always deleted). Cached for the life of the process."""
+    ns = f"tbnetem{os.getpid()}"
+    try:
+        if not _run(["ip", "netns", "add", ns])[0]:
+            return False
+        ipn = ["ip", "netns", "exec", ns]
+        _run(ipn + ["ip", "link", "add", "tbpa", "type", "veth", "peer", "name", "tbpb"])
+        return _run(ipn + ["tc", "qdisc", "replace", "dev", "tbpa", "root", "netem",
+                           "delay", "1ms"])[0]
+    finally:
+        _run(["ip", "netns", "del", ns])
 
 
 def probe() -> ProbeReport:

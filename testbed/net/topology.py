@@ -194,6 +194,10 @@ class Topology(Strict):
     inter_dc: LinkProfile = Field(default_factory=LinkProfile,
                                   description="default profile of every inter-DC link")
     links: list[InterDCLink] | None = Field(None, description="None: a full mesh")
+    tcp_buffer_max_mb: float = Field(
+        256, ge=0.0625, le=4096,
+        description="per-socket TCP buffer limit in every host, MiB (tcp_rmem/tcp_wmem max): "
+                    "one connection moves at most about this much per RTT")
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> "Topology":

@@ -1,0 +1,206 @@
+"""Tags and the ledger: how every kernel object and process of a run is found again.
+
+A run's tag is ``tb`` + 6 hex digits (e.g. ``tb3f09a1``). Everything the netns backend makes
+lives inside network namespaces whose names start with ``<tag>-``: interfaces, bridges, qdiscs
+and iptables rules go away with their namespace, so removing the tagged namespaces (after
+stopping the processes inside them) removes everything. Backends that must create objects in
+the root namespace (Mininet's bridges and veths) name them ``<tag>…`` and list them in the
+ledger.
+
+The ledger is one JSON file per live network in ``/run/testbed/`` (tmpfs: gone after a reboot,
+like the namespaces it describes). It records the owning process, so ``clean`` removes only
+networks whose owner is dead (a SIGKILLed runner) unless told to take live ones too.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LEDGER_DIR = Path(os.environ.get("TESTBED_LEDGER_DIR", "/run/testbed"))
+TAG_RE = re.compile(r"^tb[0-9a-f]{6}$")
+NETNS_DIR = Path("/run/netns")
+STOP_GRACE_S = 2.0
+
+
+def new_tag() -> str:
+    """A fresh run tag: ``tb`` + 6 random hex digits (fits interface names with room to spare)."""
+    return "tb" + secrets.token_hex(3)
+
+
+def tag_of(name: str) -> str | None:
+    """The run tag a namespace or interface name carries, or None if it is not ours."""
+    head = name.split("-", 1)[0]
+    if TAG_RE.match(head):
+        return head
+    return head[:8] if TAG_RE.match(head[:8]) else None
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot (to tell reused pids apart)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+@dataclass
+class Ledger:
+    """What one network made: its namespaces, root-namespace links and processes."""
+
+    tag: str
+    owner_pid: int = field(default_factory=os.getpid)
+    owner_start: int | None = None
+    backend: str = "netns"
+    namespaces: list[str] = field(default_factory=list)
+    root_links: list[str] = field(default_factory=list)
+    processes: list[list[int]] = field(default_factory=list)  # [pid, start time]
+    created: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        if self.owner_start is None:
+            self.owner_start = proc_start_time(self.owner_pid)
+
+    @property
+    def path(self) -> Path:
+        return LEDGER_DIR / f"{self.tag}.json"
+
+    def save(self) -> None:
+        """Write the ledger atomically (called after every object is added)."""
+        LEDGER_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, self.path)
+
+    def add_namespace(self, name: str) -> None:
+        self.namespaces.append(name)
+        self.save()
+
+    def add_process(self, pid: int) -> None:
+        self.processes.append([pid, proc_start_time(pid) or 0])
+        self.save()
+
+    def owner_alive(self) -> bool:
+        return (self.owner_start is not None
+                and proc_start_time(self.owner_pid) == self.owner_start)
+
+    def remove_file(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, path: Path) -> "Ledger":
+        return cls(**json.loads(path.read_text()))
+
+
+def tagged_namespaces() -> list[str]:
+    """Every namespace in /run/netns whose name carries a run tag."""
+    if not NETNS_DIR.is_dir():
+        return []
+    return sorted(n for n in os.listdir(NETNS_DIR) if tag_of(n))
+
+
+def namespace_pids(ns: str) -> list[int]:
+    """Pids of the processes whose network namespace is ``ns`` (``ip netns pids``)."""
+    res = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return [int(p) for p in res.stdout.split() if p.isdigit()]
+
+
+def stop_pids(pids: list[int], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM, wait up to ``grace_s``, then SIGKILL; pids already gone are fine."""
+    alive = [p for p in pids if _signal(p, signal.SIGTERM)]
+    deadline = time.monotonic() + grace_s
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if _exists(p)]
+    for p in alive:
+        _signal(p, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _exists(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def delete_namespace(ns: str) -> None:
+    """Stop every process inside ``ns``, then delete it (and with it its links, qdiscs, rules)."""
+    stop_pids(namespace_pids(ns))
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def delete_root_link(name: str) -> None:
+    """Delete an interface of the root namespace if it exists and carries a run tag."""
+    if not tag_of(name):
+        raise ValueError(f"refusing to delete untagged interface {name!r}")
+    subprocess.run(["ip", "link", "del", name], capture_output=True)
+
+
+def destroy(ledger: Ledger) -> None:
+    """Remove everything a ledger lists, in reverse order of creation; idempotent."""
+    own = [pid for pid, start in ledger.processes if proc_start_time(pid) == start]
+    stop_pids(own)
+    for ns in reversed(ledger.namespaces):
+        delete_namespace(ns)
+    for ns in tagged_namespaces():  # made but not yet written down when the builder died
+        if tag_of(ns) == ledger.tag:
+            delete_namespace(ns)
+    for link in reversed(ledger.root_links):
+        delete_root_link(link)
+    ledger.remove_file()
+
+
+@dataclass
+class CleanReport:
+    removed: list[str] = field(default_factory=list)
+    skipped_live: list[str] = field(default_factory=list)
+
+
+def clean(include_live: bool = False, tag: str | None = None) -> CleanReport:
+    """Remove tagged networks whose owner process is dead (or all, with ``include_live``).
+
+    Also removes tagged namespaces no ledger mentions (a builder killed before it saved).
+    Never touches anything without a run tag."""
+    report = CleanReport()
+    ledgers = sorted(LEDGER_DIR.glob("tb*.json")) if LEDGER_DIR.is_dir() else []
+    known: set[str] = set()
+    for path in ledgers:
+        try:
+            led = Ledger.load(path)
+        except (ValueError, TypeError, OSError) as e:
+            log.warning("unreadable ledger %s: %s", path, e)
+            continue
+        known.add(led.tag)
+        if tag and led.tag != tag:
+            continue
+        if led.owner_alive() and not include_live:
+            report.skipped_live.append(led.tag)
+            continue
+        destroy(led)
+        report.removed.append(led.tag)
+    for ns in tagged_namespaces():
+        t = tag_of(ns)
+        if t in known or (tag and t != tag):
+            continue
+        delete_namespace(ns)
+        report.removed.append(ns)
+    return report

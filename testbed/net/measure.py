@@ -1,0 +1,100 @@
+"""Fidelity: measure what each inter-DC link really does (RTT with ping, rate with iperf3)."""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import statistics
+import subprocess
+from dataclasses import dataclass
+
+from testbed.errors import CommandError, NetworkError
+from testbed.net.backends.base import Network, Node
+from testbed.net.topology import ResolvedLink
+
+log = logging.getLogger(__name__)
+
+PING_COUNT = 40
+PING_INTERVAL_S = 0.02
+IPERF_SECONDS = 2.0
+IPERF_OMIT_S = 0.5      # leave slow start out of the average
+IPERF_PORT = 5201
+_TIME_RE = re.compile(r"time=([0-9.]+) ms")
+
+
+@dataclass
+class LinkMeasurement:
+    """Configured vs measured for one inter-DC link (RTT both ways, rate a → b)."""
+
+    link: str
+    rtt_ms_configured: float
+    rate_mbit_configured: float | None
+    rtt_ms: float | None = None
+    rtt_ms_p99: float | None = None
+    rate_mbit: float | None = None
+
+    def as_dict(self) -> dict:
+        return {"rtt_ms": self.rtt_ms, "rtt_ms_p99": self.rtt_ms_p99, "rate_mbit": self.rate_mbit}
+
+
+def endpoints(net: Network, link: ResolvedLink) -> tuple[Node, Node]:
+    """The hosts whose traffic crosses ``link``: host 0 of each side's DC."""
+    return net.host(link.a, 0), net.host(link.b, 0)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between closest ranks."""
+    v = sorted(values)
+    k = (len(v) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def rtt(net: Network, src: Node, dst: Node, count: int = PING_COUNT) -> tuple[float, float]:
+    """Median and p99 RTT in ms from ``count`` pings; raises NetworkError when none return."""
+    res = net.run(src, ["ping", "-n", "-c", str(count), "-i", str(PING_INTERVAL_S), "-W", "5",
+                        str(dst.ip)], check=False, timeout=60)
+    samples = [float(x) for x in _TIME_RE.findall(res.stdout)]
+    if not samples:
+        raise NetworkError(f"no ping reply from {dst.name} ({dst.ip}) to {src.name}: "
+                           f"{(res.stdout + res.stderr).strip()[-300:]}")
+    return statistics.median(samples), percentile(samples, 99)
+
+
+def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECONDS) -> float:
+    """TCP throughput src → dst in Mbit/s (iperf3, one connection, slow start omitted)."""
+    server = net.popen(dst, ["iperf3", "-s", "-1", "-p", str(IPERF_PORT)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        res = None
+        for _ in range(50):  # the server needs a moment to listen
+            res = net.run(src, ["iperf3", "-c", str(dst.ip), "-p", str(IPERF_PORT), "-J",
+                                "-t", f"{seconds:g}", "-O", f"{IPERF_OMIT_S:g}"],
+                          check=False, timeout=seconds + 60)
+            if res.returncode == 0 or "Connection refused" not in res.stdout:
+                break
+        data = json.loads(res.stdout)
+        if "error" in data:
+            raise NetworkError(f"iperf3 {src.name} → {dst.name}: {data['error']}")
+        return data["end"]["sum_received"]["bits_per_second"] / 1e6
+    except (ValueError, KeyError) as e:
+        raise NetworkError(f"iperf3 {src.name} → {dst.name} gave no result: {e}") from e
+    finally:
+        server.kill()
+        server.wait()
+
+
+def measure_link(net: Network, link: ResolvedLink, rate: bool = True) -> LinkMeasurement:
+    """RTT (median, p99) between the link's DCs and, if ``rate``, TCP throughput a → b."""
+    a, b = endpoints(net, link)
+    m = LinkMeasurement(link.name, link.a_to_b.one_way_delay_ms + link.b_to_a.one_way_delay_ms,
+                        link.a_to_b.rate_mbit)
+    m.rtt_ms, m.rtt_ms_p99 = (round(x, 3) for x in rtt(net, a, b))
+    if rate:
+        m.rate_mbit = round(throughput(net, a, b), 1)
+    return m
+
+
+def measure_all(net: Network, rate: bool = True) -> list[LinkMeasurement]:
+    """Measure every inter-DC link, one after the other (so they do not share the CPU)."""
+    return [measure_link(net, link, rate) for link in net.links]

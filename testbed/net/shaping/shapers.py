@@ -1,0 +1,314 @@
+"""Shapers: give every link direction of a built Network its LinkProfile, read it back, and
+change it while a run goes on (time-varying steps).
+
+- ``netem``: tc netem (+ tbf) on each router's sending interface (and on host links for intra-DC
+  profiles). For kernels that have ``sch_netem``.
+- ``delayline``: rate and queue in the kernel (htb + bfifo), Bernoulli loss in the kernel
+  (iptables ``statistic``), delay, jitter and Gilbert–Elliott loss in one userspace delay-line
+  process per direction, fed by an NFQUEUE rule in the FORWARD chain of the sending router.
+
+Every iptables rule carries the run tag as a comment; every process is in the ledger; all of it
+lives in the run's namespaces.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.errors import CommandError, MachineError, ShapingError
+from testbed.net.backends.base import LinkEnd, Network
+from testbed.net.ledger import stop_pids
+from testbed.net.shaping import tc
+from testbed.net.topology import LinkProfile
+
+log = logging.getLogger(__name__)
+
+DELAYLINE_START_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Direction:
+    """One shaped direction: the sending end of a link and the profile it has now."""
+
+    end: LinkEnd
+    profile: LinkProfile
+    queue: int = -1
+    proc: object = None
+    config: Path | None = None
+    stats: Path | None = None
+    rules: list[list[str]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.end.router.dc}->{self.end.peer}"
+
+
+def _direction_profiles(net: Network) -> list[tuple[LinkEnd, LinkProfile]]:
+    out = []
+    for link in net.links:
+        a, b = net.ends_of(link)
+        out += [(a, link.a_to_b), (b, link.b_to_a)]
+    return out
+
+
+def _run_all(net: Network, node, argvs: list[list[str]]) -> None:
+    for argv in argvs:
+        try:
+            net.run(node, argv)
+        except CommandError as e:
+            raise ShapingError(f"tc on {node.name} failed: {' '.join(argv)}: {e.output.strip()}")
+
+
+def _qdiscs(net: Network, node, dev: str) -> tuple[list[dict], list[dict]]:
+    q = tc.parse_json(net.run(node, tc.SHOW_QDISC + [dev]).stdout)
+    c = tc.parse_classes(net.run(node, tc.SHOW_CLASS + [dev]).stdout)
+    return q, c
+
+
+@dataclass
+class Shaper:
+    """Common life of a shaper; subclasses say how one direction is shaped and checked."""
+
+    net: Network
+    workdir: Path
+    directions: list[Direction] = field(default_factory=list)
+    name = "base"
+
+    def apply(self) -> "Shaper":
+        """Shape every inter-DC direction and every host link, then read all of it back.
+        Raises ShapingError naming every mismatch."""
+        self._check_intra()
+        for end, profile in _direction_profiles(self.net):
+            d = Direction(end, profile)
+            self.directions.append(d)
+            self._shape(d)
+        self._shape_intra()
+        self.verify()
+        return self
+
+    def verify(self) -> None:
+        problems = []
+        for d in self.directions:
+            problems += [f"{d.label}: {m}" for m in self._check(d)]
+        if problems:
+            raise ShapingError("shaping is not what was asked for:\n  " + "\n  ".join(problems))
+
+    def update(self, link_index: int, a_to_b: LinkProfile, b_to_a: LinkProfile) -> None:
+        """Change a link's profile in place (a time-varying step) and verify it."""
+        for d in self.directions:
+            if d.end.link.index == link_index:
+                d.profile = a_to_b if d.end.router.dc == d.end.link.a else b_to_a
+                self._change(d)
+                bad = self._check(d)
+                if bad:
+                    raise ShapingError(f"{d.label} after step: " + "; ".join(map(str, bad)))
+
+    def drops(self) -> int:
+        """Packets dropped by the emulator itself (not by configured loss or the queue)."""
+        return 0
+
+    def queue_drops(self) -> int:
+        """Packets the bottleneck queues dropped (congestion), summed over directions."""
+        total = 0
+        for d in self.directions:
+            q, _ = _qdiscs(self.net, d.end.router, d.end.iface)
+            total += tc.drops(q)
+        return total
+
+    def stop(self) -> None:
+        """Stop anything the shaper runs (qdiscs and rules go with the namespaces)."""
+
+    # intra-DC links: rate on both ends of each host's link, delay only with netem
+    def _check_intra(self) -> None:
+        return None
+
+    def _shape_intra(self) -> None:
+        for (dc, j), host in self.net.hosts.items():
+            p = self.net.topology.dc(dc).intra
+            if p.rate_mbit or self._intra_needs_delay(p):
+                _run_all(self.net, host, self._intra_argvs("eth0", p))
+                _run_all(self.net, self.net.routers[dc], self._intra_argvs(f"h{j}", p))
+
+    @staticmethod
+    def _intra_needs_delay(p: LinkProfile) -> bool:
+        return p.one_way_delay_ms > 0 or p.jitter_ms > 0 or p.loss_pct > 0 or \
+            p.loss_model == "gilbert_elliott"
+
+    def _intra_argvs(self, dev: str, p: LinkProfile) -> list[list[str]]:
+        return tc.rate_argvs(dev, p)
+
+    def _shape(self, d: Direction) -> None: ...
+
+    def _change(self, d: Direction) -> None: ...
+
+    def _check(self, d: Direction) -> list: ...
+
+
+class NetemShaper(Shaper):
+    name = "netem"
+
+    def _shape(self, d: Direction) -> None:
+        _run_all(self.net, d.end.router, tc.netem_argvs(d.end.iface, d.profile))
+
+    def _change(self, d: Direction) -> None:
+        _run_all(self.net, d.end.router, tc.netem_argvs(d.end.iface, d.profile, verb="change"))
+
+    def _check(self, d: Direction) -> list:
+        q, _ = _qdiscs(self.net, d.end.router, d.end.iface)
+        return tc.check_netem(d.profile, q)
+
+    def _intra_argvs(self, dev: str, p: LinkProfile) -> list[list[str]]:
+        return tc.netem_argvs(dev, p)
+
+
+class DelayLineShaper(Shaper):
+    name = "delayline"
+
+    def _check_intra(self) -> None:
+        for dc in self.net.topology.dcs:
+            if self._intra_needs_delay(dc.intra):
+                raise ShapingError(
+                    f"DC {dc.name}: intra-DC delay, jitter or loss needs netem, which this kernel "
+                    "lacks; the delay line shapes inter-DC links only (intra-DC rate is fine)")
+
+    def _shape(self, d: Direction) -> None:
+        node, dev = d.end.router, d.end.iface
+        _run_all(self.net, node, tc.rate_argvs(dev, d.profile))
+        d.queue = 2 * d.end.link.index + (0 if d.end.router.dc == d.end.link.a else 1)
+        self._set_rules(d)
+        # A process even at 0 ms: a step may add delay later, and its overhead is measured.
+        self._start(d)
+
+    def _rule_specs(self, d: Direction) -> list[list[str]]:
+        """The FORWARD rules of one direction: optional Bernoulli DROP, then the NFQUEUE."""
+        base = ["FORWARD", "-o", d.end.iface, "-m", "comment", "--comment", self.net.tag]
+        p, out = d.profile, []
+        if p.loss_model == "bernoulli" and p.loss_pct > 0:
+            out.append(base + ["-m", "statistic", "--mode", "random",
+                               "--probability", f"{p.loss_pct / 100:.6g}", "-j", "DROP"])
+        return out + [base + ["-j", "NFQUEUE", "--queue-num", str(d.queue)]]
+
+    def _set_rules(self, d: Direction) -> None:
+        """Replace this direction's rules (delete the old ones, append the new ones)."""
+        node = d.end.router
+        _run_all(self.net, node, [["iptables", "-w", "-D", *r] for r in d.rules])
+        d.rules = self._rule_specs(d)
+        _run_all(self.net, node, [["iptables", "-w", "-A", *r] for r in d.rules])
+
+    def _config(self, d: Direction) -> dict:
+        p = d.profile
+        ge = p.gilbert_elliott.model_dump() if (p.loss_model == "gilbert_elliott"
+                                                and p.gilbert_elliott) else None
+        return {"delay_ms": p.one_way_delay_ms, "jitter_ms": p.jitter_ms,
+                "jitter_distribution": p.jitter_distribution.value, "gilbert_elliott": ge}
+
+    def _write_config(self, d: Direction) -> None:
+        tmp = d.config.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._config(d)))
+        os.replace(tmp, d.config)
+
+    def _start(self, d: Direction) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        stem = f"delayline-{d.end.router.dc}-{d.end.peer}"
+        d.config, d.stats = self.workdir / f"{stem}.json", self.workdir / f"{stem}.stats.json"
+        d.stats.unlink(missing_ok=True)
+        self._write_config(d)
+        log_path = self.workdir / f"{stem}.log"
+        with open(log_path, "wb") as logf:
+            d.proc = self.net.popen(d.end.router, [
+                sys.executable, "-m", "testbed.net.shaping.delayline", "--queue", str(d.queue),
+                "--config", str(d.config), "--stats", str(d.stats),
+                "--seed", str(d.queue)], stdout=logf, stderr=logf)
+        deadline = time.monotonic() + DELAYLINE_START_TIMEOUT_S
+        while not d.stats.exists():
+            if d.proc.poll() is not None or time.monotonic() > deadline:
+                raise ShapingError(f"delay line {d.label} did not start: "
+                                   f"{log_path.read_text(errors='replace').strip()[-500:]}")
+            time.sleep(0.01)
+
+    def _change(self, d: Direction) -> None:
+        node, dev = d.end.router, d.end.iface
+        _run_all(self.net, node, tc.rate_argvs(dev, d.profile, verb="change"))
+        self._set_rules(d)
+        loads = self._stats(d).get("config_loads", 0)
+        self._write_config(d)
+        d.proc.send_signal(signal.SIGHUP)
+        while self._stats(d).get("config_loads", 0) <= loads and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    @staticmethod
+    def _stats(d: Direction) -> dict:
+        try:
+            return json.loads(d.stats.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _check(self, d: Direction) -> list:
+        q, c = _qdiscs(self.net, d.end.router, d.end.iface)
+        out = tc.check_rate(d.profile, q, c)
+        rules = self.net.run(d.end.router, ["iptables", "-w", "-S", "FORWARD"]).stdout
+        if f"-o {d.end.iface} " not in rules or f"--queue-num {d.queue}" not in rules:
+            out.append(tc.Mismatch("NFQUEUE rule", f"-o {d.end.iface} queue {d.queue}", rules))
+        if d.proc is not None and d.proc.poll() is not None:
+            out.append(tc.Mismatch("delay-line process", "running",
+                                   f"exited {d.proc.returncode}"))
+        bound = queue_table(self.net, d.end.router).get(d.queue)
+        if bound is None:
+            out.append(tc.Mismatch("NFQUEUE", f"queue {d.queue} bound", "not bound"))
+        return out
+
+    def drops(self) -> int:
+        """Packets the kernel dropped because a delay line's queue was full or it fell behind
+        (``queue_dropped`` + ``user_dropped`` of /proc/net/netfilter/nfnetlink_queue)."""
+        total = 0
+        for router in {d.end.router for d in self.directions}:
+            for row in queue_table(self.net, router).values():
+                total += row["queue_dropped"] + row["user_dropped"]
+        return total
+
+    def stats(self) -> dict[str, dict]:
+        """Per-direction statistics the delay-line processes wrote."""
+        return {d.label: self._stats(d) for d in self.directions if d.stats}
+
+    def stop(self) -> None:
+        stop_pids([d.proc.pid for d in self.directions if d.proc is not None])
+        for d in self.directions:
+            if d.proc is not None:
+                d.proc.wait()
+
+
+def queue_table(net: Network, node) -> dict[int, dict]:
+    """The NFQUEUE table of a node's namespace: queue → counters."""
+    text = net.run(node, ["cat", "/proc/net/netfilter/nfnetlink_queue"], check=False).stdout
+    out = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 8:
+            out[int(f[0])] = {"portid": int(f[1]), "held": int(f[2]), "queue_dropped": int(f[5]),
+                              "user_dropped": int(f[6]), "id": int(f[7])}
+    return out
+
+
+SHAPERS: dict[str, type[Shaper]] = {"netem": NetemShaper, "delayline": DelayLineShaper}
+
+
+def choose_shaper(requested: str, netem_ok: bool | None = None) -> tuple[str, str]:
+    """Resolve ``auto`` (netem where the kernel has it) and check an explicit choice.
+    Returns (name, reason); raises MachineError when netem is asked for but missing."""
+    from testbed.probe import kernel_has_netem
+
+    has = kernel_has_netem() if netem_ok is None else netem_ok
+    if requested == "netem" and not has:
+        raise MachineError("shaper netem: this kernel has no sch_netem",
+                           "use shaper: delayline (or auto), or a kernel with CONFIG_NET_SCH_NETEM")
+    if requested == "auto":
+        return ("netem", "auto: the kernel has netem") if has else \
+            ("delayline", "auto: the kernel has no netem, so delay comes from the userspace "
+                          "delay line")
+    return requested, "asked for in the experiment"
