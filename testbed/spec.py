@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from testbed.errors import Problem, SpecError
-from testbed.net.topology import LinkProfile, Strict, Topology
+from testbed.net.topology import LinkProfile, Step, Strict, Topology
 from testbed.placement import PLACEMENTS
 from testbed.schedule.registry import SCHEDULES, schedule_problems
 
@@ -302,9 +302,47 @@ def _validate_topology(src: Source, prefix: Loc) -> Topology:
     except ValidationError as e:
         raise SpecError(_pydantic_problems(e, src, prefix, Topology)) from None
     problems = [src.problem(prefix + loc, msg) for loc, msg in topo.problems()]
+    problems += _load_link_traces(topo, src, prefix)
     if problems:
         raise SpecError(problems)
     return topo
+
+
+def _load_link_traces(topo: Topology, src: Source, prefix: Loc) -> list[Problem]:
+    """Turn each link's ``trace_csv`` (a file next to the YAML) into time-varying steps."""
+    problems = []
+    for i, link in enumerate(topo.links or []):
+        if not link.trace_csv:
+            continue
+        loc = prefix + ("links", i, "trace_csv")
+        path = Path(src.file).parent / link.trace_csv
+        try:
+            link.steps = sorted(link.steps + steps_from_csv(path), key=lambda st: st.at_s)
+        except (OSError, ValueError) as e:
+            problems.append(src.problem(loc, f"trace {link.trace_csv}: {e}"))
+    return problems
+
+
+def steps_from_csv(path: Path) -> list[Step]:
+    """Read a link trace: a CSV whose header has ``at_s`` and LinkProfile fields (delay_ms,
+    rate_mbit, loss_pct, jitter_ms, …); empty cells leave a field unchanged. Raises ValueError
+    naming the row that is wrong."""
+    import csv
+
+    steps = []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if not reader.fieldnames or "at_s" not in reader.fieldnames:
+            raise ValueError("needs a header row with an at_s column")
+        for n, row in enumerate(reader, start=2):
+            values = {k.strip(): v.strip() for k, v in row.items() if k and v and v.strip()}
+            try:
+                steps.append(Step(**values))
+            except ValidationError as e:
+                first = e.errors()[0]
+                field_name = ".".join(str(x) for x in first["loc"])
+                raise ValueError(f"row {n}, {field_name}: {first['msg']}") from None
+    return steps
 
 
 def resolve_topology_path(ref: str, experiment_file: Path) -> Path | None:

@@ -59,3 +59,27 @@ def test_rejects_disconnected_dcs():
     with pytest.raises(ValidationError, match="not connected"):
         Topology(name="t", dcs=[{"name": n, "hosts": 1} for n in "abc"],
                  links=[{"dcs": ["a", "b"]}])
+
+
+def test_link_trace_csv_becomes_steps(tmp_path):
+    from testbed.spec import load_topology as load
+
+    (tmp_path / "t.csv").write_text("at_s,delay_ms,rate_mbit\n2,,300\n0.5,20,\n")
+    (tmp_path / "topo.yaml").write_text(
+        "name: t\ndcs: [{name: a, hosts: 1}, {name: b, hosts: 1}]\n"
+        "links: [{dcs: [a, b], delay_ms: 5, trace_csv: t.csv}]\n")
+    (lk,) = load(tmp_path / "topo.yaml").resolved_links()
+    assert [(s.at_s, s.delay_ms, s.rate_mbit) for s in lk.steps] == [(0.5, 20, None),
+                                                                     (2, None, 300)]
+
+
+def test_bad_trace_row_is_reported_at_the_trace_field(tmp_path):
+    from testbed.errors import SpecError
+    from testbed.spec import load_topology as load
+
+    (tmp_path / "t.csv").write_text("at_s,delay_ms\n1,-4\n")
+    (tmp_path / "topo.yaml").write_text(
+        "name: t\ndcs: [{name: a, hosts: 1}, {name: b, hosts: 1}]\n"
+        "links: [{dcs: [a, b], trace_csv: t.csv}]\n")
+    with pytest.raises(SpecError, match=r"trace_csv: trace t.csv: row 2, delay_ms"):
+        load(tmp_path / "topo.yaml")

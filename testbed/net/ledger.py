@@ -121,7 +121,7 @@ def stop_pids(pids: list[int], grace_s: float = STOP_GRACE_S) -> None:
     deadline = time.monotonic() + grace_s
     while alive and time.monotonic() < deadline:
         time.sleep(0.02)
-        alive = [p for p in alive if _exists(p)]
+        alive = [p for p in alive if pid_alive(p)]
     for p in alive:
         _signal(p, signal.SIGKILL)
 
@@ -134,7 +134,8 @@ def _signal(pid: int, sig: int) -> bool:
         return False
 
 
-def _exists(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"

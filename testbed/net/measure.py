@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import statistics
 import subprocess
+import sys
 from dataclasses import dataclass
 
 from testbed.errors import CommandError, NetworkError
@@ -19,7 +19,6 @@ PING_INTERVAL_S = 0.02
 IPERF_SECONDS = 2.0
 IPERF_OMIT_S = 0.5      # leave slow start out of the average
 IPERF_PORT = 5201
-_TIME_RE = re.compile(r"time=([0-9.]+) ms")
 
 
 @dataclass
@@ -51,12 +50,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def rtt(net: Network, src: Node, dst: Node, count: int = PING_COUNT) -> tuple[float, float]:
-    """Median and p99 RTT in ms from ``count`` pings; raises NetworkError when none return."""
-    res = net.run(src, ["ping", "-n", "-c", str(count), "-i", str(PING_INTERVAL_S), "-W", "5",
-                        str(dst.ip)], check=False, timeout=60)
-    samples = [float(x) for x in _TIME_RE.findall(res.stdout)]
+    """Median and p99 RTT in ms from ``count`` ICMP echoes (µs resolution, kernel receive
+    timestamps: see testbed.net.icmp); raises NetworkError when none return."""
+    res = net.run(src, [sys.executable, "-m", "testbed.net.icmp", str(dst.ip), str(count),
+                        str(PING_INTERVAL_S)], check=False, timeout=60 + count * PING_INTERVAL_S)
+    try:
+        samples = json.loads(res.stdout)["rtt_ms"]
+    except (ValueError, KeyError):
+        samples = []
     if not samples:
-        raise NetworkError(f"no ping reply from {dst.name} ({dst.ip}) to {src.name}: "
+        raise NetworkError(f"no echo reply from {dst.name} ({dst.ip}) to {src.name}: "
                            f"{(res.stdout + res.stderr).strip()[-300:]}")
     return statistics.median(samples), percentile(samples, 99)
 

@@ -327,13 +327,20 @@ class Topology(Strict):
         return out
 
     def routes(self, links: list[ResolvedLink] | None = None) -> dict[str, dict[str, str]]:
-        """Next hop: ``routes()[src][dst]`` is the neighbour DC on the lowest-delay path."""
+        """Next hop: ``routes()[src][dst]``. DCs joined by a link always use it (each DC pair
+        with a link has its own circuit, as on DC-OTN, so a link's profile is what its two DCs
+        see); other pairs go to the first neighbour on the lowest-delay path."""
         links = links if links is not None else self.resolved_links()
         adj: dict[str, list[tuple[str, float]]] = {dc.name: [] for dc in self.dcs}
         for lk in links:
             adj[lk.a].append((lk.b, lk.a_to_b.one_way_delay_ms + 1e-3))
             adj[lk.b].append((lk.a, lk.b_to_a.one_way_delay_ms + 1e-3))
-        return {src: _first_hops(adj, src) for src in adj}
+        out = {}
+        for src in adj:
+            hops = _first_hops(adj, src)
+            hops.update({nb: nb for nb, _ in adj[src]})
+            out[src] = hops
+        return out
 
 
 def _first_hops(adj: dict[str, list[tuple[str, float]]], src: str) -> dict[str, str]:

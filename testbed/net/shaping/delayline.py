@@ -51,7 +51,11 @@ NFQA_CFG_CMD, NFQA_CFG_PARAMS, NFQA_CFG_QUEUE_MAXLEN, NFQA_CFG_MASK, NFQA_CFG_FL
 NFQNL_CFG_CMD_BIND = 1
 NFQNL_COPY_META = 1
 NFQA_CFG_F_GSO = 4
-NFQA_PACKET_HDR, NFQA_VERDICT_HDR = 1, 2
+NFQA_PACKET_HDR, NFQA_VERDICT_HDR, NFQA_TIMESTAMP = 1, 2, 4
+SO_TIMESTAMPNS = 35
+# A kernel timestamp older than this (or in the future) is not a receive time: TCP's pacing
+# leaves a monotonic departure time in some packets. Those use the wake-up estimate instead.
+MAX_STAMP_AGE_S = 0.05
 NF_DROP, NF_ACCEPT = 0, 1
 PR_SET_TIMERSLACK = 29
 
@@ -61,6 +65,9 @@ QUEUE_MAXLEN = 1 << 16      # packets the kernel may hold for us per queue
 RELEASE_SLACK_S = 10e-6     # release what is due within 10 µs (+ half a wake-up) together
 WAKE_LATENCY_S = 100e-6     # first guess of how late a timed wake-up comes (VMs: ~90-150 µs)
 WAKE_LATENCY_MAX_S = 1e-3   # never aim earlier than this
+SPIN_S = 50e-6              # aim this much before (due − wake latency), then spin to due
+SPIN_MAX_S = 200e-6         # never spin longer than this per wake-up (CPU budget)
+SPIN_MAX_HELD = 8           # spin only for sparse traffic; bulk transfers need the CPU more
 MAX_RECV_PER_TICK = 64      # bound reading so releases are never starved
 STATS_EVERY_S = 1.0
 IDLE_WAIT_S = 0.05         # wake-up when idle, so a SIGHUP reload applies promptly
@@ -165,8 +172,10 @@ def open_queue(queue: int) -> socket.socket:
     return sock
 
 
-def packet_ids(buf: memoryview, n: int, out: list[int]) -> int:
-    """Append the packet ids of the NFQUEUE packet messages in ``buf[:n]``; returns error count."""
+def packet_ids(buf: memoryview, n: int, out: list[int], stamps: list[float] | None = None) -> int:
+    """Append the packet ids of the NFQUEUE packet messages in ``buf[:n]`` to ``out`` and, if
+    ``stamps`` is given, each packet's kernel receive time (wall clock, s; 0.0 when the kernel
+    sent none). Returns the number of error messages seen."""
     off, errors = 0, 0
     unpack = struct.unpack_from
     while off + 16 <= n:
@@ -174,18 +183,35 @@ def packet_ids(buf: memoryview, n: int, out: list[int]) -> int:
         if length < 16:
             break
         if kind == NFQNL_MSG_PACKET:
-            a = off + 20
-            end = off + length
+            a, end, pid, ts = off + 20, off + length, None, 0.0
             while a + 4 <= end:
                 alen, atype = unpack("=HH", buf, a)
-                if atype & 0x7FFF == NFQA_PACKET_HDR:
-                    out.append(unpack(">I", buf, a + 4)[0])
+                atype &= 0x7FFF
+                if atype == NFQA_PACKET_HDR:
+                    pid = unpack(">I", buf, a + 4)[0]
+                    if stamps is None:
+                        break
+                elif atype == NFQA_TIMESTAMP:
+                    sec, usec = unpack(">QQ", buf, a + 4)
+                    ts = sec + usec * 1e-6
                     break
                 a += (alen + 3) & ~3
+            if pid is not None:
+                out.append(pid)
+                if stamps is not None:
+                    stamps.append(ts)
         elif kind == NLMSG_ERROR and unpack("=i", buf, off + 16)[0]:
             errors += 1
         off += (length + 3) & ~3
     return errors
+
+
+def enable_rx_timestamps() -> socket.socket:
+    """Keep the kernel stamping received packets (a global static key, switched on while any
+    socket asks for timestamps), so that NFQUEUE messages carry the packet's arrival time."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return s
 
 
 class DelayLine:
@@ -197,7 +223,7 @@ class DelayLine:
         self.held: collections.deque[tuple[float, int]] = collections.deque()
         self.last_release = 0.0
         self.stats = {"queue": queue, "packets": 0, "released": 0, "ge_dropped": 0,
-                      "verdict_errors": 0, "max_held": 0, "late_max_us": 0.0,
+                      "verdict_errors": 0, "stamped": 0, "max_held": 0, "late_max_us": 0.0, "releases": 0, "late_sum_us": 0.0,
                       "config_loads": 0, "delay_ms": None, "started": time.time()}
         self.reload_wanted = True
         self.running = True
@@ -217,6 +243,7 @@ class DelayLine:
 
     def run(self) -> None:
         self.sock = open_queue(self.queue)
+        stamper = enable_rx_timestamps()  # noqa: F841 (kept open for the life of the loop)
         buf = bytearray(RECV_BUF)
         view = memoryview(buf)
         next_stats = 0.0
@@ -225,11 +252,15 @@ class DelayLine:
                 self.reload()
                 next_stats = 0.0  # show the new config_loads at once: the shaper waits for it
             now = time.monotonic()
-            target = now + IDLE_WAIT_S if not self.held else self.held[0][0] - self.wake_latency
+            due = self.held[0][0] if self.held else now + IDLE_WAIT_S
+            spin = 0 < len(self.held) <= SPIN_MAX_HELD
+            target = due - self.wake_latency - (SPIN_S if spin else 0.0) if self.held else due
             timed = bool(self.held) and target > now
             ready, _, _ = select.select([self.sock], [], [], max(0.0, target - now))
             if timed and not ready:
                 self._learn_wake_latency(time.monotonic() - target)
+                if spin:
+                    _spin_until(due)
             if ready:
                 self._read(view, now)
             self._release(time.monotonic())
@@ -239,30 +270,39 @@ class DelayLine:
         self._flush()
 
     def _read(self, view: memoryview, waited_since: float) -> None:
-        """Read every waiting packet and schedule its release.
-
-        A packet is stamped with its estimated arrival: a wake-up on a readable socket comes
-        about one wake latency after the packet did, but never before we started waiting."""
+        """Read every waiting packet and schedule its release from its arrival time: the
+        kernel's receive stamp when it has one, else an estimate (a wake-up on a readable
+        socket comes about one wake latency after the packet, never before we began waiting)."""
         ids: list[int] = []
+        stamps: list[float] = []
         for _ in range(MAX_RECV_PER_TICK):
             try:
                 n = self.sock.recv_into(view)
             except (BlockingIOError, InterruptedError):
                 break
-            self.stats["verdict_errors"] += packet_ids(view, n, ids)
+            self.stats["verdict_errors"] += packet_ids(view, n, ids, stamps)
         if not ids:
             return
-        now = max(waited_since, time.monotonic() - self.wake_latency)
+        mono, wall = time.monotonic(), time.time()
+        guess = max(waited_since, mono - self.wake_latency)
         held, draw, last = self.held, self.sampler.draw, self.last_release
-        for pid in ids:
+        stamped = 0
+        for pid, ts in zip(ids, stamps):
             if self.ge.cfg and self.ge.drop():
                 self.sock.send(verdict_message(self.queue, NF_DROP, pid, batch=False))
                 self.stats["ge_dropped"] += 1
                 continue
-            last = max(now + draw(), last)
+            age = wall - ts
+            if 0.0 <= age <= MAX_STAMP_AGE_S:
+                arrival = mono - age
+                stamped += 1
+            else:
+                arrival = guess
+            last = max(arrival + draw(), last)
             held.append((last, pid))
         self.last_release = last
         self.stats["packets"] += len(ids)
+        self.stats["stamped"] += stamped
         self.stats["max_held"] = max(self.stats["max_held"], len(held))
 
     def _learn_wake_latency(self, late_s: float) -> None:
@@ -271,7 +311,7 @@ class DelayLine:
 
     def _release(self, now: float) -> None:
         held = self.held
-        horizon = now + RELEASE_SLACK_S + self.wake_latency / 2
+        horizon = now + RELEASE_SLACK_S
         if not held or held[0][0] > horizon:
             return
         late = now - held[0][0]
@@ -281,6 +321,8 @@ class DelayLine:
             count += 1
         self.sock.send(verdict_message(self.queue, NF_ACCEPT, last_id, batch=True))
         self.stats["released"] += count
+        self.stats["releases"] += 1
+        self.stats["late_sum_us"] += late * 1e6
         if late * 1e6 > self.stats["late_max_us"]:
             self.stats["late_max_us"] = round(late * 1e6, 1)
 
@@ -297,6 +339,16 @@ class DelayLine:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(self.stats, f)
         os.replace(tmp, self.stats_path)
+
+
+def _spin_until(due: float) -> None:
+    """Busy-wait the last few tens of µs before a release (the wake-up aimed SPIN_S early):
+    a timed sleep cannot land closer than its wake latency's variation."""
+    limit = time.monotonic() + SPIN_MAX_S
+    while True:
+        now = time.monotonic()
+        if now >= due or now >= limit:
+            return
 
 
 def _tight_timer_slack() -> None:

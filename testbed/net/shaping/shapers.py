@@ -234,11 +234,18 @@ class DelayLineShaper(Shaper):
 
     def _change(self, d: Direction) -> None:
         node, dev = d.end.router, d.end.iface
-        _run_all(self.net, node, tc.rate_argvs(dev, d.profile, verb="change"))
+        q, _ = _qdiscs(self.net, node, dev)
+        had_rate = any(x.get("handle") == "1:" and x.get("kind") == "htb" for x in q)
+        if d.profile.rate_mbit:
+            _run_all(self.net, node, tc.rate_argvs(dev, d.profile,
+                                                   verb="change" if had_rate else "replace"))
+        elif had_rate:
+            _run_all(self.net, node, [tc.delete_root_argv(dev)])
         self._set_rules(d)
         loads = self._stats(d).get("config_loads", 0)
         self._write_config(d)
         d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + DELAYLINE_START_TIMEOUT_S
         while self._stats(d).get("config_loads", 0) <= loads and time.monotonic() < deadline:
             time.sleep(0.01)
 

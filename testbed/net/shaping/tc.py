@@ -84,11 +84,12 @@ def rate_argvs(dev: str, p: LinkProfile, verb: str = "replace") -> list[list[str
     rate, burst = f"{p.rate_mbit:g}mbit", str(burst_bytes(p.rate_mbit))
     cls = ["tc", "class", verb, "dev", dev, "parent", "1:", "classid", "1:1", "htb",
            "rate", rate, "ceil", rate, "burst", burst, "cburst", burst, "quantum", str(HTB_QUANTUM)]
-    if verb == "change":
-        return [cls]
+    leaf = ["tc", "qdisc", verb, "dev", dev, "parent", "1:1", "handle", "10:", "bfifo",
+            "limit", str(p.queue_limit_bytes())]
+    if verb == "change":  # a step: keep the htb root, change rate and queue in place
+        return [cls, leaf]
     return [["tc", "qdisc", verb, "dev", dev, "root", "handle", "1:", "htb", "default", "1"], cls,
-            ["tc", "qdisc", verb, "dev", dev, "parent", "1:1", "handle", "10:", "bfifo",
-             "limit", str(p.queue_limit_bytes())]]
+            leaf]
 
 
 def delete_root_argv(dev: str) -> list[str]:

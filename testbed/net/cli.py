@@ -1,0 +1,119 @@
+"""``net check``, ``net down`` and ``clean`` subcommands."""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from testbed.errors import EXIT_OK, MachineError
+
+# A link whose measured RTT is off by more than this, or whose throughput is below this share
+# of the configured rate, is shown in red: worth a look before trusting results over it.
+RTT_WARN_REL = 0.05
+RATE_WARN_SHARE = 0.90
+
+
+def add_subcommands(sub) -> None:
+    net = sub.add_parser("net", help="build, measure and remove emulated networks",
+                         description="Emulated networks on this machine.")
+    nsub = net.add_subparsers(dest="net_command", required=True, metavar="COMMAND")
+    c = nsub.add_parser("check", help="build a topology, measure every inter-DC link, tear down",
+                        description="Build TOPOLOGY, measure RTT (median, p99) and TCP throughput "
+                                    "of every inter-DC link, print configured vs measured.")
+    c.add_argument("topology", type=Path)
+    c.add_argument("--backend", default="netns", choices=["netns", "mininet"])
+    c.add_argument("--shaper", default="auto", choices=["auto", "netem", "delayline"])
+    c.add_argument("--keep", action="store_true",
+                   help="leave the network up (remove it later with `net down TAG` or `clean`)")
+    c.add_argument("--no-rate", action="store_true", help="measure RTT only (faster)")
+    c.set_defaults(func=_check)
+    d = nsub.add_parser("down", help="remove a network left up by `net check --keep`")
+    d.add_argument("tag", help="the run tag `net check --keep` printed (tb + 6 hex digits)")
+    d.set_defaults(func=_down)
+    cl = sub.add_parser("clean", help="remove networks left behind by killed runs",
+                        description="Remove every namespace, interface, rule and process of "
+                                    "tagged networks whose owning process is gone. Touches "
+                                    "nothing without a testbed run tag.")
+    cl.add_argument("--include-live", action="store_true",
+                    help="also remove networks whose owner is still running")
+    cl.set_defaults(func=_clean)
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise MachineError(f"`{what}` needs root (namespaces, tc, iptables)",
+                           f"run it as root, e.g. sudo .venv/bin/python -m testbed {what} …")
+
+
+def _check(args: argparse.Namespace) -> int:
+    from testbed.net.emulation import bring_up
+    from testbed.net.measure import measure_all
+    from testbed.net.shaping.shapers import choose_shaper
+    from testbed.spec import load_topology
+
+    _need_root("net check")
+    topo = load_topology(args.topology)
+    shaper, reason = choose_shaper(args.shaper)
+    console = Console()
+    console.print(f"shaper {shaper} ({reason}); backend {args.backend}")
+    workdir = Path(tempfile.mkdtemp(prefix="testbed-net-"))
+    with ExitStack() as stack:
+        net, sh = bring_up(topo, topo.resolved_links(), args.backend, shaper, workdir, stack)
+        console.print(f"network {topo.name} up: tag {net.tag}, {len(net.hosts)} hosts")
+        results = measure_all(net, rate=not args.no_rate)
+        console.print(_table(topo.name, results, sh.drops()))
+        if args.keep:
+            stack.pop_all()
+            console.print(f"left up. Remove with: python -m testbed net down {net.tag}")
+    return EXIT_OK
+
+
+def _table(name: str, results, drops: int) -> Table:
+    t = Table(title=f"{name}: configured vs measured (emulator drops: {drops})")
+    for col in ("link", "RTT conf ms", "RTT median ms", "RTT p99 ms", "error ms",
+                "rate conf Mbit/s", "TCP Mbit/s", "share"):
+        t.add_column(col, justify="right")
+    for m in results:
+        err = m.rtt_ms - m.rtt_ms_configured
+        bad_rtt = abs(err) > max(0.2, RTT_WARN_REL * m.rtt_ms_configured)
+        share = (m.rate_mbit / m.rate_mbit_configured
+                 if m.rate_mbit and m.rate_mbit_configured else None)
+        bad_rate = share is not None and share < RATE_WARN_SHARE
+        t.add_row(m.link, f"{m.rtt_ms_configured:.3f}", f"{m.rtt_ms:.3f}", f"{m.rtt_ms_p99:.3f}",
+                  f"[red]{err:+.3f}[/red]" if bad_rtt else f"{err:+.3f}",
+                  _fmt(m.rate_mbit_configured, "unshaped"), _fmt(m.rate_mbit, "-"),
+                  "-" if share is None else
+                  (f"[red]{share:.1%}[/red]" if bad_rate else f"{share:.1%}"))
+    return t
+
+
+def _fmt(value, empty: str) -> str:
+    return empty if value is None else f"{value:g}"
+
+
+def _down(args: argparse.Namespace) -> int:
+    from testbed.net.ledger import clean
+
+    _need_root("net down")
+    report = clean(include_live=True, tag=args.tag)
+    print(f"removed {args.tag}" if report.removed else f"nothing tagged {args.tag} found")
+    return EXIT_OK
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from testbed.net.ledger import clean
+
+    _need_root("clean")
+    report = clean(include_live=args.include_live)
+    for r in report.removed:
+        print(f"removed {r}")
+    for r in report.skipped_live:
+        print(f"kept {r}: its run is still going (use --include-live to remove it anyway)")
+    if not report.removed and not report.skipped_live:
+        print("nothing to clean")
+    return EXIT_OK

@@ -1,0 +1,91 @@
+"""ICMP echo RTTs with microsecond resolution (ping prints only 3 significant digits).
+
+Run inside the source namespace: ``python -m testbed.net.icmp DEST COUNT INTERVAL_S``; prints a
+JSON object ``{"sent": n, "rtt_ms": [...]}``. The far side answers in its kernel (no userspace
+wake-up there); this side takes the reply's kernel receive timestamp (SO_TIMESTAMPNS), so
+neither end adds a process's scheduling delay to the measurement. Needs root (raw socket).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import time
+
+SO_TIMESTAMPNS = 35
+ICMP_ECHO, ICMP_ECHOREPLY = 8, 0
+WAIT_AFTER_LAST_S = 5.0
+
+
+def checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    s = (s >> 16) + (s & 0xFFFF)
+    s += s >> 16
+    return ~s & 0xFFFF
+
+
+def echo_request(ident: int, seq: int, payload: bytes = b"testbed-rtt-probe") -> bytes:
+    header = struct.pack("!BBHHH", ICMP_ECHO, 0, 0, ident, seq)
+    return struct.pack("!BBHHH", ICMP_ECHO, 0, checksum(header + payload), ident, seq) + payload
+
+
+def _reply(sock: socket.socket, ident: int) -> tuple[int, int] | None:
+    """(seq, kernel receive time in ns) of one echo reply for us, or None for other packets."""
+    data, anc, _, _ = sock.recvmsg(2048, socket.CMSG_SPACE(16))
+    ihl = (data[0] & 0x0F) * 4
+    kind, _, _, rid, seq = struct.unpack_from("!BBHHH", data, ihl)
+    if kind != ICMP_ECHOREPLY or rid != ident:
+        return None
+    for level, ctype, cdata in anc:
+        if level == socket.SOL_SOCKET and ctype == SO_TIMESTAMPNS:
+            sec, nsec = struct.unpack("=qq", cdata[:16])
+            return seq, sec * 1_000_000_000 + nsec
+    return seq, time.time_ns()
+
+
+def probe(dest: str, count: int, interval_s: float) -> dict:
+    """Send ``count`` echo requests ``interval_s`` apart; collect replies until all are in or
+    5 s after the last send. RTTs in ms, in order of sequence number."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    ident = os.getpid() & 0xFFFF
+    sent: dict[int, int] = {}
+    rtts: dict[int, float] = {}
+    next_send, seq = time.monotonic(), 0
+    deadline = None
+    while len(rtts) < count:
+        now = time.monotonic()
+        if seq < count and now >= next_send:
+            sent[seq] = time.time_ns()
+            sock.sendto(echo_request(ident, seq), (dest, 0))
+            seq += 1
+            next_send += interval_s
+            if seq == count:
+                deadline = now + WAIT_AFTER_LAST_S
+            continue
+        if deadline is not None and now > deadline:
+            break
+        wait = (next_send if seq < count else deadline) - now
+        if select.select([sock], [], [], max(0.0, wait))[0]:
+            got = _reply(sock, ident)
+            if got and got[0] in sent and got[0] not in rtts:
+                rtts[got[0]] = (got[1] - sent[got[0]]) / 1e6
+    sock.close()
+    return {"sent": count, "rtt_ms": [round(rtts[k], 4) for k in sorted(rtts)]}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: python -m testbed.net.icmp DEST COUNT INTERVAL_S", file=sys.stderr)
+        return 2
+    print(json.dumps(probe(argv[0], int(argv[1]), float(argv[2]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

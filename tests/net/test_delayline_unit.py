@@ -1,0 +1,83 @@
+"""The delay line's netlink messages and timing logic, without the kernel."""
+from __future__ import annotations
+
+import random
+import struct
+
+from testbed.net.shaping import delayline as dl
+
+
+def _attrs(msg: bytes) -> dict[int, bytes]:
+    out, off = {}, 20
+    while off < len(msg):
+        length, kind = struct.unpack_from("=HH", msg, off)
+        out[kind] = msg[off + 4:off + length]
+        off += (length + 3) & ~3
+    return out
+
+
+def test_config_binds_queue_with_metadata_copy_gso_and_long_queue():
+    bind, params, tune = dl.config_messages(7, maxlen=5000)
+    for m in (bind, params, tune):
+        length, kind, flags = struct.unpack_from("=IHH", m)
+        assert length == len(m) and kind == dl.NFQNL_MSG_CONFIG
+        assert flags & dl.NLM_F_ACK  # errors (e.g. queue already bound) come back, not lost
+        assert struct.unpack_from(">H", m, 18)[0] == 7  # res_id = queue number, big endian
+    assert _attrs(bind)[dl.NFQA_CFG_CMD][0] == dl.NFQNL_CFG_CMD_BIND
+    copy_range, mode = struct.unpack(">IB", _attrs(params)[dl.NFQA_CFG_PARAMS][:5])
+    assert (copy_range, mode) == (0, dl.NFQNL_COPY_META)
+    a = _attrs(tune)
+    assert struct.unpack(">I", a[dl.NFQA_CFG_QUEUE_MAXLEN])[0] == 5000
+    assert struct.unpack(">I", a[dl.NFQA_CFG_FLAGS])[0] == dl.NFQA_CFG_F_GSO
+    assert struct.unpack(">I", a[dl.NFQA_CFG_MASK])[0] == dl.NFQA_CFG_F_GSO
+
+
+def test_batch_verdict_accepts_up_to_an_id():
+    m = dl.verdict_message(3, dl.NF_ACCEPT, 1234, batch=True)
+    assert struct.unpack_from("=H", m, 4)[0] == dl.NFQNL_MSG_VERDICT_BATCH
+    verdict, pid = struct.unpack(">II", _attrs(m)[dl.NFQA_VERDICT_HDR])
+    assert (verdict, pid) == (dl.NF_ACCEPT, 1234)
+    single = dl.verdict_message(3, dl.NF_DROP, 9, batch=False)
+    assert struct.unpack_from("=H", single, 4)[0] == dl.NFQNL_MSG_VERDICT
+
+
+def _packet_msg(pid: int, extra_first: bool) -> bytes:
+    hdr = dl._attr(dl.NFQA_PACKET_HDR, struct.pack(">IHB", pid, 0x0800, 2) + b"\0")
+    other = dl._attr(9, b"\0" * 8)
+    attrs = other + hdr if extra_first else hdr
+    return dl._message(dl.NFQNL_MSG_PACKET, 0, attrs)
+
+
+def test_packet_ids_are_read_from_a_batch_of_messages():
+    buf = b"".join(_packet_msg(i, extra_first=i % 2 == 0) for i in range(1, 6))
+    ids: list[int] = []
+    errors = dl.packet_ids(memoryview(buf), len(buf), ids)
+    assert ids == [1, 2, 3, 4, 5] and errors == 0
+
+
+def test_jitter_never_reorders():
+    s = dl.Sampler({"delay_ms": 10, "jitter_ms": 5}, random.Random(1))
+    last, releases = 0.0, []
+    for i in range(2000):
+        last = max(i * 1e-4 + s.draw(), last)
+        releases.append(last)
+    assert releases == sorted(releases)
+
+
+def test_jitter_distributions_have_the_configured_spread():
+    for dist in ("normal", "uniform", "pareto", "paretonormal"):
+        s = dl.Sampler({"delay_ms": 50, "jitter_ms": 2, "jitter_distribution": dist},
+                       random.Random(2))
+        xs = [s.draw() * 1000 for _ in range(20000)]
+        mean = sum(xs) / len(xs)
+        assert abs(mean - 50) < 0.2, dist
+        assert all(x >= 0 for x in xs)
+
+
+def test_gilbert_elliott_loss_matches_its_stationary_rate():
+    ge = dl.GilbertElliott({"p_pct": 1, "r_pct": 10, "loss_bad_pct": 100, "loss_good_pct": 0},
+                           random.Random(3))
+    n = 200_000
+    lost = sum(ge.drop() for _ in range(n)) / n
+    expected = 0.01 / (0.01 + 0.10)  # time in the bad state, where every packet is lost
+    assert abs(lost - expected) < 0.01
