@@ -147,3 +147,12 @@ def test_steps_play_at_their_time(tmp_path):
         player.stop()
     assert abs(before - 10) < RTT_SLACK_MS and abs(after - 60) < RTT_SLACK_MS, (before, after)
     assert player.applied and player.applied[0]["applied_s"] >= 1.0
+
+
+def test_intra_dc_rate_is_shaped_on_both_ends_of_host_links(tmp_path):
+    topo = Topology(name="t", dcs=[{"name": "dca", "hosts": 2, "intra": {"rate_mbit": 200}},
+                                   {"name": "dcb", "hosts": 1}])
+    with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
+        a0, a1 = net.host("dca", 0), net.host("dca", 1)
+        mbit = throughput(net, a0, a1, seconds=2)
+    assert abs(mbit - 200) < 200 * RATE_SLACK, mbit

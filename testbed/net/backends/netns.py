@@ -101,6 +101,10 @@ class NetnsBackend:
     def teardown(self, net: Network) -> None:
         ledgers.destroy(net.ledger)
 
+    def host_port(self, net: Network, dc: str, j: int) -> tuple[Node, str]:
+        """The DC side of host j's link: the router's bridge port ``h<j>``."""
+        return net.routers[dc], f"h{j}"
+
     def _new_ns(self, net: Network, name: str) -> NetNS:
         net.ledger.add_namespace(name)  # written down before it exists: clean can find it
         netns.create(name)

@@ -132,8 +132,13 @@ class Shaper:
         for (dc, j), host in self.net.hosts.items():
             p = self.net.topology.dc(dc).intra
             if p.rate_mbit or self._intra_needs_delay(p):
-                _run_all(self.net, host, self._intra_argvs("eth0", p))
-                _run_all(self.net, self.net.routers[dc], self._intra_argvs(f"h{j}", p))
+                node, dev = self.net.backend.host_port(self.net, dc, j)
+                for n, iface in ((host, "eth0"), (node, dev)):
+                    _run_all(self.net, n, self._intra_argvs(iface, p))
+                    bad = self._check_dev(n, iface, p)
+                    if bad:
+                        raise ShapingError(f"intra-DC link of {host.name} ({iface}): "
+                                           + "; ".join(map(str, bad)))
 
     @staticmethod
     def _intra_needs_delay(p: LinkProfile) -> bool:
@@ -144,6 +149,11 @@ class Shaper:
         return tc.rate_argvs(dev, p)
 
     def _shape(self, d: Direction) -> None: ...
+
+    def _check_dev(self, node, dev: str, p: LinkProfile) -> list:
+        """Mismatches between a device's qdiscs and the profile."""
+        q, c = _qdiscs(self.net, node, dev)
+        return tc.check_rate(p, q, c)
 
     def _change(self, d: Direction) -> None: ...
 
@@ -160,8 +170,11 @@ class NetemShaper(Shaper):
         _run_all(self.net, d.end.router, tc.netem_argvs(d.end.iface, d.profile, verb="change"))
 
     def _check(self, d: Direction) -> list:
-        q, _ = _qdiscs(self.net, d.end.router, d.end.iface)
-        return tc.check_netem(d.profile, q)
+        return self._check_dev(d.end.router, d.end.iface, d.profile)
+
+    def _check_dev(self, node, dev: str, p: LinkProfile) -> list:
+        q, _ = _qdiscs(self.net, node, dev)
+        return tc.check_netem(p, q)
 
     def _intra_argvs(self, dev: str, p: LinkProfile) -> list[list[str]]:
         return tc.netem_argvs(dev, p)
@@ -257,8 +270,7 @@ class DelayLineShaper(Shaper):
             return {}
 
     def _check(self, d: Direction) -> list:
-        q, c = _qdiscs(self.net, d.end.router, d.end.iface)
-        out = tc.check_rate(d.profile, q, c)
+        out = self._check_dev(d.end.router, d.end.iface, d.profile)
         rules = self.net.run(d.end.router, ["iptables", "-w", "-S", "FORWARD"]).stdout
         if f"-o {d.end.iface} " not in rules or f"--queue-num {d.queue}" not in rules:
             out.append(tc.Mismatch("NFQUEUE rule", f"-o {d.end.iface} queue {d.queue}", rules))
