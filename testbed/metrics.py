@@ -1,0 +1,125 @@
+"""Metrics from per-rank traces: iteration time, bubble ratio, throughput, exposed comm.
+
+Per measured iteration (warm-up excluded) the span is global: from the earliest iteration start
+to the latest iteration end over all ranks (every rank starts after the same barrier; on one
+machine all ranks share CLOCK_MONOTONIC). A rank's busy time is the sum of its ``compute``
+records in that iteration; everything else is idle. Reported:
+
+- ``bubble_ratio``: idle / span, mean over ranks (then over iterations); ``bubble_ratio_max``
+  the worst rank; ``bubble_ratio_megatron``: idle / busy (Megatron's (p−1)/m convention);
+- ``iteration_time_s`` (median) and ``iteration_time_p95_s`` of the spans;
+- ``throughput_tokens_s`` / ``throughput_samples_s``: one global batch per median iteration;
+- ``exposed_comm_s``: time ranks spent blocked on communication (``wait`` records), mean over
+  ranks, median over iterations.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import WorkerError
+from testbed.spec import Workload
+from testbed.traceformat import TRACE_GLOB, read_trace
+
+
+def load_traces(cell_dir: Path) -> dict[int, list[dict]]:
+    """Every rank's records, by rank; raises WorkerError when a trace is missing or failed."""
+    out = {}
+    for path in sorted(Path(cell_dir).glob(TRACE_GLOB)):
+        records = list(read_trace(path))
+        meta = next((r for r in records if r.get("type") == "meta"), None)
+        end = next((r for r in records if r.get("type") == "end"), None)
+        if meta is None:
+            raise WorkerError(f"{path.name} has no meta record (the worker did not start)")
+        if end is None or end.get("status") != "ok":
+            why = end.get("error") if end else "no end record (killed?)"
+            raise WorkerError(f"rank {meta['rank']} did not finish: {why}")
+        out[meta["rank"]] = records
+    if not out:
+        raise WorkerError(f"no traces in {cell_dir}")
+    world = next(iter(out.values()))[0]["world_size"]
+    if len(out) != world:
+        raise WorkerError(f"traces of {len(out)} of {world} ranks in {cell_dir}")
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    v = sorted(values)
+    k = (len(v) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def per_iteration(traces: dict[int, list[dict]]) -> list[dict[str, Any]]:
+    """For each measured iteration: span (s) and per-rank busy and wait (s)."""
+    iters: dict[int, dict] = defaultdict(lambda: {"t0": [], "t1": [], "busy": {}, "wait": {}})
+    warm = set()
+    for rank, recs in traces.items():
+        for r in recs:
+            if r.get("type") == "iter":
+                d = iters[r["iter"]]
+                d["t0"].append(r["t0"])
+                d["t1"].append(r["t1"])
+                d["busy"].setdefault(rank, 0)
+                d["wait"].setdefault(rank, 0)
+                if r["warmup"]:
+                    warm.add(r["iter"])
+            elif r.get("type") == "action" and r["cat"] in ("compute", "wait"):
+                key = "busy" if r["cat"] == "compute" else "wait"
+                d = iters[r["iter"]][key]
+                d[rank] = d.get(rank, 0) + r["t1"] - r["t0"]
+    out = []
+    for it in sorted(iters):
+        d = iters[it]
+        if it in warm or len(d["t0"]) != len(traces):
+            continue
+        span = (max(d["t1"]) - min(d["t0"])) / 1e9
+        out.append({"iter": it, "span_s": span,
+                    "busy_s": {r: v / 1e9 for r, v in d["busy"].items()},
+                    "wait_s": {r: v / 1e9 for r, v in d["wait"].items()}})
+    return out
+
+
+def summarize(iters: list[dict], w: Workload) -> dict[str, Any]:
+    """The CSV metrics from per-iteration spans and busy times."""
+    if not iters:
+        raise WorkerError("no measured iteration in the traces (iterations ≤ warm-up?)")
+    spans = [i["span_s"] for i in iters]
+    bubbles, worst, megatron, exposed = [], [], [], []
+    for i in iters:
+        idle = {r: i["span_s"] - b for r, b in i["busy_s"].items()}
+        ratios = [idle[r] / i["span_s"] for r in idle]
+        bubbles.append(statistics.fmean(ratios))
+        worst.append(max(ratios))
+        busy = sum(i["busy_s"].values())
+        megatron.append(sum(idle.values()) / busy if busy else float("nan"))
+        exposed.append(statistics.fmean(i["wait_s"].values()))
+    t = statistics.median(spans)
+    samples = w.microbatches * w.microbatch_size * w.parallel.dp
+    return {
+        "iteration_time_s": round(t, 6),
+        "iteration_time_p95_s": round(percentile(spans, 95), 6),
+        "bubble_ratio": round(statistics.fmean(bubbles), 6),
+        "bubble_ratio_max": round(max(worst), 6),
+        "bubble_ratio_megatron": round(statistics.fmean(megatron), 6),
+        "throughput_samples_s": round(samples / t, 4),
+        "throughput_tokens_s": round(samples * w.model.seq_len / t, 2),
+        "exposed_comm_s": round(statistics.median(exposed), 6),
+        "iterations_measured": len(iters),
+    }
+
+
+def metrics_from_traces(cell_dir: Path, workload: Workload) -> dict[str, Any]:
+    """Read a cell's traces and compute its metrics; raises WorkerError on bad traces."""
+    return summarize(per_iteration(load_traces(cell_dir)), workload)
+
+
+def losses(cell_dir: Path) -> list[float]:
+    """The loss of each iteration (reported by the last pipeline stage of replica 0)."""
+    for recs in load_traces(cell_dir).values():
+        vals = [r["loss"] for r in recs if r.get("type") == "iter" and r.get("loss") is not None]
+        if vals:
+            return vals
+    return []

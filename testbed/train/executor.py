@@ -1,0 +1,266 @@
+"""The project's executor: runs one rank's lowered schedule IR over torch.distributed P2P.
+
+Receives are posted (``irecv``) at the start of each iteration for every RECV in the rank's
+list, and waited for at the RECV action, just before the compute that needs them: the wait is
+what the trace records as ``wait``. Sends are ``isend`` at the SEND action and completed at the
+end of the iteration. Tags name the (direction, boundary, microbatch), so any order of
+transfers between the same two ranks matches.
+
+Compute is either real (the model's forward/backward; I and W split the backward with
+``torch.autograd.grad`` and ``backward(inputs=…)``) or emulated: each F/B/I/W sleeps its
+modelled time and the activation/gradient tensors of the true shape (× bytes_scale) cross
+the network.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from testbed.schedule.ir import Action, Kind, Schedule
+from testbed.spec import Workload
+from testbed.train import model as M
+from testbed.train.trace import Tracer
+
+ns = time.monotonic_ns
+
+
+@dataclass
+class ComputeTimes:
+    """Emulated durations in seconds per virtual stage and microbatch."""
+
+    f: float
+    b: float
+    w: float
+
+    @property
+    def i(self) -> float:
+        return self.b - self.w
+
+    @classmethod
+    def from_workload(cls, w: Workload, stage: int, n_stages: int) -> "ComputeTimes":
+        """From forward_ms/backward_ms/weight_ms, or from FLOPs on a device at an MFU (B = 2F,
+        W = B/2); raises ValueError when neither is given."""
+        c = w.compute
+        if c.forward_ms is not None and c.backward_ms is not None:
+            f, b = c.forward_ms / 1000, c.backward_ms / 1000
+        elif c.device in M.PEAK_FLOPS:
+            f = M.forward_flops(w.model, stage, n_stages, w.microbatch_size) / (
+                M.PEAK_FLOPS[c.device] * c.mfu)
+            b = 2 * f
+        else:
+            raise ValueError("emulated compute needs forward_ms and backward_ms, or a device "
+                             f"with a known peak ({', '.join(M.PEAK_FLOPS)})")
+        wt = c.weight_ms / 1000 if c.weight_ms is not None else b / 2
+        return cls(f, b, wt)
+
+
+@dataclass
+class RankContext:
+    """Who this rank is and who its pipeline peers are."""
+
+    rank: int
+    pp_rank: int
+    dp_rank: int
+    pp: int
+    dp: int
+    schedule: Schedule  # lowered
+
+    def global_rank(self, stage: int) -> int:
+        """The global rank owning virtual ``stage`` in this rank's DP replica."""
+        return self.dp_rank * self.pp + self.schedule.stage_to_rank[stage]
+
+
+def _tag(direction: int, boundary: int, mb: int, n_stages: int, m: int) -> int:
+    return (direction * n_stages + boundary) * m + mb
+
+
+@dataclass
+class StageState:
+    """What one iteration keeps per (stage, microbatch) between its actions."""
+
+    inputs: dict[tuple[int, int], Any] = field(default_factory=dict)
+    outputs: dict[tuple[int, int], Any] = field(default_factory=dict)
+    grads_in: dict[tuple[int, int], Any] = field(default_factory=dict)   # from the next stage
+    grads_out: dict[tuple[int, int], Any] = field(default_factory=dict)  # for the previous one
+    losses: list[float] = field(default_factory=list)
+
+
+class Executor:
+    """Runs iterations of the rank's action list; real or emulated compute."""
+
+    def __init__(self, ctx: RankContext, w: Workload, tracer: Tracer,
+                 dp_group: Any | None = None):
+        self.ctx, self.w, self.tr = ctx, w, tracer
+        self.real = w.compute.mode == "real"
+        self.n_stages = ctx.schedule.n_stages
+        self.m = w.microbatches
+        self.stages = ctx.schedule.stages_of(ctx.pp_rank)
+        self.actions = ctx.schedule.actions[ctx.pp_rank]
+        self.dp_group = dp_group
+        self.elem = M.activation_numel(w.model, w.microbatch_size,
+                                       1.0 if self.real else self._bytes_factor())
+        self.shape = ((w.microbatch_size, w.model.seq_len, w.model.hidden) if self.real
+                      else (self.elem,))
+        if self.real:
+            self._init_real()
+        else:
+            self.times = {s: ComputeTimes.from_workload(w, s, self.n_stages) for s in self.stages}
+            self.act = torch.randn(self.shape)
+            numel = sum(M.stage_params(w.model, s, self.n_stages) for s in self.stages)
+            # gradients of the true size (× bytes_scale) for the DP all-reduce
+            self.grad_buffer = torch.zeros(max(1, int(numel * self._bytes_factor()))
+                                           if ctx.dp > 1 else 1)
+
+    def _bytes_factor(self) -> float:
+        """Emulated tensors are float32; bfloat16 halves the bytes, bytes_scale shrinks them."""
+        c = self.w.compute
+        return c.bytes_scale * (0.5 if c.dtype == "bfloat16" else 1.0)
+
+    def _init_real(self) -> None:
+        spec, n = self.w.model, self.n_stages
+        self.modules = {s: M.build_stage(spec, s, n, self.w.seed) for s in self.stages}
+        params = [p for mod in self.modules.values() for p in mod.parameters()]
+        self.params = params
+        self.opt = torch.optim.Adam(params, lr=self.w.lr)
+        gen = torch.Generator().manual_seed(self.w.seed)
+        shape = (self.m, self.w.microbatch_size, spec.seq_len + 1)
+        self.data = torch.randint(0, spec.vocab, shape, generator=gen)  # the same every step
+
+    # ------------------------------------------------------------------ one iteration
+    def iteration(self, it: int) -> float | None:
+        """Run every action of this rank once; returns the mean loss on the last stage."""
+        st = StageState()
+        recvs = self._post_receives()
+        sends: list[Any] = []
+        for a in self.actions:
+            self._do(it, a, st, recvs, sends)
+        t0 = ns()
+        for work in sends:
+            work.wait()
+        self.tr.action(it, "SEND_WAIT", None, None, t0, ns(), "wait")
+        self._data_parallel(it)
+        return sum(st.losses) / len(st.losses) if st.losses else None
+
+    def _post_receives(self) -> dict[tuple[Kind, int, int], tuple[Any, torch.Tensor]]:
+        out = {}
+        for a in self.actions:
+            if a.kind is Kind.RECV_F:
+                peer, tag = self.ctx.global_rank(a.stage - 1), self._tag_f(a.stage - 1, a.microbatch)
+            elif a.kind is Kind.RECV_B:
+                peer, tag = self.ctx.global_rank(a.stage + 1), self._tag_b(a.stage, a.microbatch)
+            else:
+                continue
+            buf = torch.empty(self.shape)
+            out[(a.kind, a.stage, a.microbatch)] = (dist.irecv(buf, src=peer, tag=tag), buf, peer)
+        return out
+
+    def _tag_f(self, boundary: int, mb: int) -> int:
+        return _tag(0, boundary, mb, self.n_stages, self.m)
+
+    def _tag_b(self, boundary: int, mb: int) -> int:
+        return _tag(1, boundary, mb, self.n_stages, self.m)
+
+    def _do(self, it: int, a: Action, st: StageState, recvs: dict, sends: list) -> None:
+        key = (a.stage, a.microbatch)
+        if a.kind in (Kind.RECV_F, Kind.RECV_B):
+            work, buf, peer = recvs[(a.kind, a.stage, a.microbatch)]
+            t0 = ns()
+            work.wait()
+            self.tr.action(it, a.kind.value, a.stage, a.microbatch, t0, ns(), "wait",
+                           buf.numel() * buf.element_size(), peer)
+            target = st.inputs if a.kind is Kind.RECV_F else st.grads_in
+            target[key] = buf
+        elif a.kind in (Kind.SEND_F, Kind.SEND_B):
+            fwd = a.kind is Kind.SEND_F
+            tensor = st.outputs[key] if fwd else st.grads_out[key]
+            peer = self.ctx.global_rank(a.stage + 1 if fwd else a.stage - 1)
+            tag = self._tag_f(a.stage, a.microbatch) if fwd else self._tag_b(a.stage - 1,
+                                                                               a.microbatch)
+            t0 = ns()
+            tensor = tensor.detach().contiguous()
+            sends.append(dist.isend(tensor, dst=peer, tag=tag))
+            self.tr.action(it, a.kind.value, a.stage, a.microbatch, t0, ns(), "comm",
+                           tensor.numel() * tensor.element_size(), peer)
+        else:
+            t0 = ns()
+            (self._real if self.real else self._emulated)(a, st)
+            self.tr.action(it, a.kind.value, a.stage, a.microbatch, t0, ns(), "compute")
+
+    # ------------------------------------------------------------------ compute
+    def _emulated(self, a: Action, st: StageState) -> None:
+        t = self.times[a.stage]
+        key = (a.stage, a.microbatch)
+        time.sleep({Kind.F: t.f, Kind.B: t.b, Kind.I: t.i, Kind.W: t.w}[a.kind])
+        if a.kind is Kind.F:
+            st.outputs[key] = self.act
+        elif a.kind in (Kind.B, Kind.I):
+            st.grads_out[key] = self.act
+
+    def _real(self, a: Action, st: StageState) -> None:
+        key = (a.stage, a.microbatch)
+        mod = self.modules[a.stage]
+        if a.kind is Kind.F:
+            self._real_forward(a, st, mod)
+            return
+        out = st.outputs[key]
+        inp = st.inputs.get(key)
+        grad = None if mod.last else st.grads_in[key]
+        if a.kind is Kind.W:
+            torch.autograd.backward(out, grad, inputs=list(mod.parameters()))
+            return
+        if a.kind is Kind.I and inp is None:
+            return  # the first stage has no input gradient: its W does all the work
+        if a.kind is Kind.I and inp.requires_grad:
+            (g,) = torch.autograd.grad(out, [inp], grad, retain_graph=True)
+            st.grads_out[key] = g
+            return
+        torch.autograd.backward(out, grad, retain_graph=a.kind is Kind.I)
+        if inp is not None and inp.requires_grad:
+            st.grads_out[key] = inp.grad
+
+    def _real_forward(self, a: Action, st: StageState, mod: M.Stage) -> None:
+        key = (a.stage, a.microbatch)
+        tokens = self.data[a.microbatch]
+        if mod.first:
+            x = tokens[:, :-1]
+        else:
+            x = st.inputs[key].detach().requires_grad_(True)
+            st.inputs[key] = x
+        out = mod(x)
+        if mod.last:
+            loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]),
+                                                     tokens[:, 1:].reshape(-1)) / self.m
+            st.losses.append(loss.item() * self.m)
+            out = loss
+        st.outputs[key] = out
+
+    # ------------------------------------------------------------------ DP and optimizer
+    def _data_parallel(self, it: int) -> None:
+        if self.ctx.dp > 1:
+            if self.real:
+                flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                                  for p in self.params])
+            else:
+                flat = self.grad_buffer
+            t0 = ns()
+            dist.all_reduce(flat, group=self.dp_group)
+            self.tr.action(it, "ALLREDUCE", None, None, t0, ns(), "comm",
+                           flat.numel() * flat.element_size(), None)
+            if self.real:
+                self._unflatten(flat / self.ctx.dp)
+        if self.real:
+            t0 = ns()
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.tr.action(it, "OPT", None, None, t0, ns(), "compute")
+
+    def _unflatten(self, flat: torch.Tensor) -> None:
+        off = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad = flat[off:off + n].view_as(p).clone()
+            off += n

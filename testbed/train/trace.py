@@ -1,0 +1,39 @@
+"""Writing a rank's trace (format: ``testbed.traceformat``), buffered per iteration."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+class Tracer:
+    """Appends records to ``trace-rank<r>.jsonl``; ``flush`` at the end of each iteration so a
+    crash loses at most the iteration in progress. ``actions=False`` keeps only iteration
+    records (used to measure the tracing overhead)."""
+
+    def __init__(self, path: Path, actions: bool = True):
+        self.path = Path(path)
+        self.actions = actions
+        self._f = open(self.path, "w", encoding="utf-8")
+        self._buf: list[str] = []
+
+    def record(self, **fields: Any) -> None:
+        self._buf.append(json.dumps(fields, separators=(",", ":")))
+
+    def action(self, it: int, kind: str, stage: int | None, mb: int | None, t0: int, t1: int,
+               cat: str, nbytes: int = 0, peer: int | None = None) -> None:
+        if self.actions:
+            self.record(type="action", iter=it, kind=kind, stage=stage, mb=mb, t0=t0, t1=t1,
+                        cat=cat, bytes=nbytes, peer=peer)
+
+    def flush(self) -> None:
+        if self._buf:
+            self._f.write("\n".join(self._buf) + "\n")
+            self._buf.clear()
+        self._f.flush()
+
+    def end(self, status: str, error: str | None) -> None:
+        self.record(type="end", status=status, error=error, t=time.monotonic_ns())
+        self.flush()
+        self._f.close()

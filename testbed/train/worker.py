@@ -1,0 +1,131 @@
+"""One pipeline rank: ``python -m testbed.train.worker --cell CELL.json --out DIR``.
+
+Reads the cell (workload and placement) written by the runner, joins the process group with
+the torchrun-style environment it is given (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+GLOO_SOCKET_IFNAME, TESTBED_TIMEOUT_S), runs the warm-up and measured iterations and writes
+``DIR/trace-rank<RANK>.jsonl``. Exit status 0 on success; otherwise the last line on stderr is a
+one-line error (the runner records it) and the trace ends with an ``error`` record.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+DEFAULT_TIMEOUT_S = 600
+ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+class WorkerFailure(Exception):
+    """A problem with the worker's input or environment (reported without a traceback)."""
+
+
+def read_env() -> dict[str, str]:
+    missing = [k for k in ENV if not os.environ.get(k)]
+    if missing:
+        raise WorkerFailure(f"missing environment variables {', '.join(missing)} "
+                            "(the runner or torchrun sets them)")
+    return {k: os.environ[k] for k in ENV}
+
+
+def read_cell(path: Path) -> dict:
+    try:
+        cell = json.loads(Path(path).read_text(encoding="utf-8"))
+        cell["workload"], cell["placement"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise WorkerFailure(f"cannot read cell {path}: {e}") from None
+    return cell
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="one pipeline-parallel training rank")
+    ap.add_argument("--cell", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--no-trace-actions", action="store_true",
+                    help="record iterations only (to measure the tracing overhead)")
+    args = ap.parse_args(argv)
+    tracer = None
+    try:
+        env = read_env()
+        cell = read_cell(args.cell)
+        from testbed.train.trace import Tracer
+        args.out.mkdir(parents=True, exist_ok=True)
+        tracer = Tracer(args.out / f"trace-rank{int(env['RANK'])}.jsonl",
+                        actions=not args.no_trace_actions)
+        run(cell, env, tracer)
+        tracer.end("ok", None)
+        return 0
+    except BaseException as e:  # noqa: BLE001 — every failure becomes a one-line report
+        message = _one_line(e)
+        if tracer is not None:
+            tracer.end("error", message)
+        if os.environ.get("TESTBED_DEBUG"):
+            traceback.print_exc()
+        print(f"worker rank {os.environ.get('RANK', '?')}: {message}", file=sys.stderr)
+        return 1
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    head = text[0] if text else ""
+    if isinstance(e, WorkerFailure):
+        return head
+    return f"{type(e).__name__}: {head}" if head else type(e).__name__
+
+
+def run(cell: dict, env: dict[str, str], tracer) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from testbed.schedule.generators import generate
+    from testbed.schedule.lower import lower
+    from testbed.spec import Workload
+    from testbed.train.executor import Executor, RankContext
+
+    w = Workload.model_validate(cell["workload"])
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    if world != w.world_size:
+        raise WorkerFailure(f"WORLD_SIZE={world} but the workload has pp×dp={w.world_size}")
+    slot = next((p for p in cell["placement"] if p["rank"] == rank), None)
+    if slot is None:
+        raise WorkerFailure(f"rank {rank} is not in the cell's placement")
+    torch.set_num_threads(1)  # ranks share a few cores; threads would only fight
+    timeout = float(os.environ.get("TESTBED_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout))
+    try:
+        pp, dp = w.parallel.pp, w.parallel.dp
+        groups = [dist.new_group([d * pp + s for d in range(dp)]) for s in range(pp)]
+        schedule = lower(generate(w.schedule, pp, w.microbatches, w.chunks))
+        ctx = RankContext(rank, slot["pp_rank"], slot["dp_rank"], pp, dp, schedule)
+        tracer.record(type="meta", rank=rank, world_size=world, pp_rank=ctx.pp_rank,
+                      dp_rank=ctx.dp_rank, stages=schedule.stages_of(ctx.pp_rank),
+                      schedule=w.schedule, executor=w.executor, compute_mode=w.compute.mode,
+                      microbatches=w.microbatches, microbatch_size=w.microbatch_size,
+                      seq_len=w.model.seq_len, host=socket.gethostname(),
+                      torch_version=torch.__version__, clock="monotonic")
+        if w.executor == "torch":
+            from testbed.train.torch_executor import TorchExecutor
+            ex = TorchExecutor(ctx, w, tracer, groups[ctx.pp_rank])
+        else:
+            ex = Executor(ctx, w, tracer, groups[ctx.pp_rank])
+        for it in range(w.iterations):
+            dist.barrier()
+            t0 = time.monotonic_ns()
+            loss = ex.iteration(it)
+            tracer.record(type="iter", iter=it, warmup=it < w.warmup, t0=t0,
+                          t1=time.monotonic_ns(), loss=loss)
+            tracer.flush()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
