@@ -16,6 +16,10 @@ def main(argv: list[str] | None = None) -> int:
     debug = os.environ.get("TESTBED_DEBUG") == "1"
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    # The console shows warnings (or everything when debugging) even when a run raises the
+    # root level to INFO for its run.log.
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(logging.DEBUG if debug else logging.WARNING)
     from testbed import cli
 
     try:

@@ -1,9 +1,5 @@
 """One cell's lifecycle: build → shape → verify → measure → place → launch → watch → metrics →
-row → teardown (always, in reverse order of build, also on failure or interrupt).
-
-Status: the lifecycle is written against ``testbed.runner.netops``, which does not exist yet
-(it lands with the network and worker issues); nothing imports this module until then.
-"""
+row → teardown (always, in reverse order of build, also on failure or interrupt)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import TestbedError
+from testbed.errors import MachineError, TestbedError
 from testbed.net.topology import ResolvedLink
 from testbed.placement import PLACEMENTS, Slot
 from testbed.runner import netops
@@ -36,6 +32,9 @@ class CellRunner:
 
     def __enter__(self) -> "CellRunner":
         self.shaper_name, self.shaper_reason = netops.choose_shaper(self.le.experiment.shaper)
+        if self.le.experiment.backend == "remote":
+            raise MachineError("backend remote is not built yet (issue 7)",
+                               "use backend: netns or mininet")
         log.info("shaper %s: %s", self.shaper_name, self.shaper_reason)
         return self
 
@@ -75,14 +74,18 @@ class CellRunner:
         slots = PLACEMENTS[exp.placement](exp.topology, exp.workload.parallel.pp,
                                           exp.workload.parallel.dp)
         _write_cell_json(cell, repeat, self.store.run_id, slots, cell_dir)
+        row: dict[str, Any] = {}
         with ExitStack() as stack:
-            net = netops.build(exp, links, stack)
-            shaper = netops.shape(self.shaper_name, net, exp, links, stack)
-            row = netops.fidelity_columns(net, links, measure=exp.measure_links)
+            net, shaper = netops.network(exp, links, self.shaper_name, cell_dir / "net", stack)
+            measured = netops.fidelity(net, exp.measure_links)
+            for link in links:
+                row.update(link_columns(link, measured[link.name]))
             procs = self._launch(net, cell, slots, cell_dir, stack)
-            netops.start_steps(shaper, links)
+            player = netops.start_steps(shaper, links, stack)
             netops.watch_workers(procs, exp.timeout_s, cell_dir)
-            row["delayline_drops"] = netops.drops(shaper)
+            row["delayline_drops"] = shaper.drops()
+            row["queue_drops"] = shaper.queue_drops()
+            _write_json(cell_dir / "steps.json", player.applied)
         row.update(netops.metrics_row(cell_dir, exp))
         return row
 
@@ -115,6 +118,10 @@ def _write_cell_json(cell: Cell, repeat: int, run_id: str, slots: list[Slot],
         "experiment": exp.model_dump(mode="json"),
     }
     (cell_dir / "cell.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
 def _one_line(text: str) -> str:

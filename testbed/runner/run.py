@@ -10,6 +10,7 @@ Status: written and unit-tested through the store; ``run`` is offered by the CLI
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from contextlib import contextmanager
@@ -65,7 +66,13 @@ def open_store(le: LoadedExperiment, opts: RunOptions) -> RunStore:
 
 @contextmanager
 def _signals_as_interrupt() -> Iterator[None]:
+    owner = os.getpid()
+
     def handler(signum, frame):
+        if os.getpid() != owner:
+            # a forked helper (pyroute2 forks to enter namespaces) inherited this handler: it
+            # must simply die as asked, not unwind the runner's code in the child
+            os._exit(128 + signum)
         raise Interrupted(signal.Signals(signum).name)
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:

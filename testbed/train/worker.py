@@ -5,6 +5,10 @@ the torchrun-style environment it is given (RANK, WORLD_SIZE, MASTER_ADDR, MASTE
 GLOO_SOCKET_IFNAME, TESTBED_TIMEOUT_S), runs the warm-up and measured iterations and writes
 ``DIR/trace-rank<RANK>.jsonl``. Exit status 0 on success; otherwise the last line on stderr is a
 one-line error (the runner records it) and the trace ends with an ``error`` record.
+
+Test hook: ``TESTBED_INJECT_FAULT=<rank>:<iteration>[:<cell id>]`` makes that rank raise at the
+start of that iteration (of that cell only, if given), so tests can check how a real failure
+travels to the results.
 """
 from __future__ import annotations
 
@@ -115,7 +119,10 @@ def run(cell: dict, env: dict[str, str], tracer) -> None:
             ex = TorchExecutor(ctx, w, tracer, groups[ctx.pp_rank])
         else:
             ex = Executor(ctx, w, tracer, groups[ctx.pp_rank])
+        fault = _injected_fault(rank, cell.get("cell_id", ""))
         for it in range(w.iterations):
+            if it == fault:
+                raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
             dist.barrier()
             t0 = time.monotonic_ns()
             loss = ex.iteration(it)
@@ -125,6 +132,16 @@ def run(cell: dict, env: dict[str, str], tracer) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _injected_fault(rank: int, cell_id: str) -> int | None:
+    spec = os.environ.get("TESTBED_INJECT_FAULT", "")
+    if not spec:
+        return None
+    r, it, *cell = spec.split(":")
+    if int(r) != rank or (cell and cell[0] != cell_id):
+        return None
+    return int(it)
 
 
 if __name__ == "__main__":
