@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -41,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     from testbed.runner.run import Interrupted, RunOptions, run_experiment
     from testbed.spec import load_experiment
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 120)  # CI logs: no squeezing
     if args.dry_run:
         print_plan(load_experiment(args.experiment), console)
         return EXIT_OK
@@ -61,16 +62,28 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
+SHORT_NAMES = {"iteration_time_s": "iter s", "bubble_ratio": "bubble",
+               "throughput_tokens_s": "tokens/s", "exposed_comm_s": "comm wait s"}
+
+
 def _print_results(console: Console, store, table) -> None:
     from rich.table import Table
 
-    t = Table(title=f"results: {store.csv_path}")
+    t = Table(title="results")
     for c in table.columns:
-        t.add_column(c.rsplit(".", 1)[-1])
+        t.add_column(SHORT_NAMES.get(c, c.rsplit(".", 1)[-1]), no_wrap=True)
     for row in table.itertuples(index=False):
-        t.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
+        t.add_row(*(_cell(v) for v in row))
     console.print(t)
-    console.print(f"summary: {store.root / 'summary.md'}   plots: {store.root / 'plots'}")
+    console.print(f"csv: {store.csv_path}")
+    console.print(f"summary: {store.root / 'summary.md'}")
+    console.print(f"plots: {store.root / 'plots'}")
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3f}"
+    return str(v)
 
 
 def _report(args: argparse.Namespace) -> int:

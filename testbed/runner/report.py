@@ -156,7 +156,8 @@ def _timeline_plot(ok: pd.DataFrame, run_dir: Path, plots: Path) -> list[Path]:
     ax.set_yticks(sorted({b[0] for b in bars}))
     ax.invert_yaxis()
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    ax.legend(handles, list(COLORS), ncol=4, fontsize=7, loc="upper right")
+    ax.legend(handles, list(COLORS), ncol=4, fontsize=7, loc="lower center",
+              bbox_to_anchor=(0.5, 1.08), frameon=False)
     fig.tight_layout()
     path = plots / "timeline.png"
     fig.savefig(path, dpi=110)
