@@ -21,6 +21,7 @@ class ScheduleInfo:
     description: str
     chunks: tuple[int, ...] | None = (1,)
     min_microbatches_per_pp: int = 0
+    min_microbatches_offset: int = 0  # need ≥ per_pp × pp + offset (zbv: 2·pp − 1)
     microbatches_multiple_of_pp: bool = False
     split_backward: bool = False  # uses I/W instead of B
 
@@ -35,7 +36,7 @@ SCHEDULES: dict[str, ScheduleInfo] = {
         ScheduleInfo("zb_h1", "zero-bubble H1: backward split into input (I) and weight (W) grads",
                      chunks=None, min_microbatches_per_pp=1, split_backward=True),
         ScheduleInfo("zbv", "zero-bubble V: two chunks per rank in a V shape", chunks=(2,),
-                     min_microbatches_per_pp=1, split_backward=True),
+                     min_microbatches_per_pp=2, min_microbatches_offset=-1, split_backward=True),
         ScheduleInfo("dualpipev", "DualPipeV: two chunks per rank, bidirectional", chunks=(2,),
                      min_microbatches_per_pp=2, split_backward=True),
     ]
@@ -53,10 +54,12 @@ def schedule_problems(name: str, pp: int, chunks: int, microbatches: int) -> lis
     elif info.chunks is not None and chunks not in info.chunks:
         allowed = " or ".join(map(str, info.chunks))
         out.append(("chunks", f"{name} runs {allowed} chunk(s) per rank, got {chunks}"))
-    need = info.min_microbatches_per_pp * pp
+    need = info.min_microbatches_per_pp * pp + info.min_microbatches_offset
     if microbatches < need:
+        offset = f" {info.min_microbatches_offset:+d}" if info.min_microbatches_offset else ""
         out.append(("microbatches", f"{name} needs microbatches ≥ {need} "
-                                    f"({info.min_microbatches_per_pp} × pp={pp}), got {microbatches}"))
+                                    f"({info.min_microbatches_per_pp} × pp={pp}{offset}), "
+                                    f"got {microbatches}"))
     if info.microbatches_multiple_of_pp and microbatches % pp:
         out.append(("microbatches", f"{name} needs microbatches to be a multiple of pp={pp}, "
                                     f"got {microbatches}"))
