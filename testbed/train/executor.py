@@ -189,6 +189,18 @@ class Executor:
             t0 = ns()
             (self._real if self.real else self._emulated)(a, st)
             self.tr.action(it, a.kind.value, a.stage, a.microbatch, t0, ns(), "compute")
+            self._hand_over_locally(a, st)
+
+    def _hand_over_locally(self, a: Action, st: StageState) -> None:
+        """Pass an output to a neighbouring stage this rank also owns (the fold of a V
+        schedule): no send/recv, the tensor is handed over in memory."""
+        owner, key = self.ctx.schedule.stage_to_rank, (a.stage, a.microbatch)
+        if a.kind is Kind.F and a.stage + 1 < self.n_stages \
+                and owner[a.stage + 1] == self.ctx.pp_rank:
+            st.inputs[(a.stage + 1, a.microbatch)] = st.outputs[key]
+        elif a.kind in (Kind.B, Kind.I) and a.stage > 0 and owner[a.stage - 1] == self.ctx.pp_rank \
+                and key in st.grads_out:
+            st.grads_in[(a.stage - 1, a.microbatch)] = st.grads_out[key]
 
     # ------------------------------------------------------------------ compute
     def _emulated(self, a: Action, st: StageState) -> None:

@@ -10,13 +10,10 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from testbed.errors import WorkerError
 from testbed.spec import Workload
-
-POLL_S = 0.05
+from testbed.train.watch import stop_process, watch_workers
 
 
 def free_port() -> int:
@@ -42,36 +39,19 @@ def run_local(w: Workload, out: Path, timeout_s: float = 300, extra: list[str] =
     line) on failure or timeout. No process outlives the call."""
     cell = write_cell(w, out)
     port = free_port()
-    procs = []
+    procs: dict[int, subprocess.Popen] = {}
     try:
         for rank in range(w.world_size):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(w.world_size),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK="0",
                        TESTBED_TIMEOUT_S=str(int(timeout_s)))
             log = open(out / f"worker-rank{rank}.log", "wb")
-            procs.append(subprocess.Popen(
+            procs[rank] = subprocess.Popen(
                 [sys.executable, "-m", "testbed.train.worker", "--cell", str(cell),
-                 "--out", str(out), *extra], env=env, stdout=log, stderr=log))
+                 "--out", str(out), *extra], env=env, stdout=log, stderr=log)
             log.close()
-        _wait(procs, timeout_s, out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-
-
-def _wait(procs: list[subprocess.Popen], timeout_s: float, out: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while any(p.poll() is None for p in procs):
-        bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-        if bad:
-            break
-        if time.monotonic() > deadline:
-            raise WorkerError(f"workers timed out after {timeout_s:g} s")
-        time.sleep(POLL_S)
-    for rank, p in enumerate(procs):
-        if p.poll() not in (None, 0):
-            lines = (out / f"worker-rank{rank}.log").read_text(errors="replace").strip()
-            raise WorkerError(f"rank {rank} exited {p.returncode}: "
-                              f"{lines.splitlines()[-1] if lines else 'no output'}")
+    except BaseException:
+        for p in procs.values():
+            stop_process(p)
+        raise
+    watch_workers(procs, timeout_s, out)

@@ -33,7 +33,9 @@ class Tracer:
             self._buf.clear()
         self._f.flush()
 
-    def end(self, status: str, error: str | None) -> None:
-        self.record(type="end", status=status, error=error, t=time.monotonic_ns())
+    def end(self, status: str, error: str | None, t: int | None = None) -> None:
+        """The last record; ``t`` is when the failure happened (default: now)."""
+        self.record(type="end", status=status, error=error,
+                    t=time.monotonic_ns() if t is None else t)
         self.flush()
         self._f.close()

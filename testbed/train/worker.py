@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as e:  # noqa: BLE001 — every failure becomes a one-line report
         message = _one_line(e)
         if tracer is not None:
-            tracer.end("error", message)
+            tracer.end("error", message, getattr(e, "testbed_failed_at", None))
         if os.environ.get("TESTBED_DEBUG"):
             traceback.print_exc()
         print(f"worker rank {os.environ.get('RANK', '?')}: {message}", file=sys.stderr)
@@ -115,8 +115,9 @@ def run(cell: dict, env: dict[str, str], tracer) -> None:
                       seq_len=w.model.seq_len, host=socket.gethostname(),
                       torch_version=torch.__version__, clock="monotonic")
         if w.executor == "torch":
-            from testbed.train.torch_executor import TorchExecutor
-            ex = TorchExecutor(ctx, w, tracer, groups[ctx.pp_rank])
+            from testbed.train.torch_executor import TorchExecutor, pipeline_groups
+            pipes = pipeline_groups(pp, dp)
+            ex = TorchExecutor(ctx, w, tracer, groups[ctx.pp_rank], pipes[ctx.dp_rank])
         else:
             ex = Executor(ctx, w, tracer, groups[ctx.pp_rank])
         fault = _injected_fault(rank, cell.get("cell_id", ""))
@@ -130,6 +131,11 @@ def run(cell: dict, env: dict[str, str], tracer) -> None:
                           t1=time.monotonic_ns(), loss=loss)
             tracer.flush()
         dist.barrier()
+    except BaseException as e:
+        # when it failed, before tearing the group down: the runner names the rank whose
+        # failure came first, not the peers that lost their connection to it
+        e.testbed_failed_at = time.monotonic_ns()
+        raise
     finally:
         dist.destroy_process_group()
 

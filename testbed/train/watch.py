@@ -1,0 +1,79 @@
+"""Waiting for a cell's worker processes and naming the rank that really failed.
+
+When one rank dies its peers fail soon after ("connection closed by peer"), and whichever exit
+the poll sees first need not be the cause. So after the first failure the others get a short
+grace to finish on their own; then the failed rank whose trace ended earliest (every worker
+writes an ``end`` record with its monotonic time) is reported, with its last log lines.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from testbed.errors import WorkerError
+from testbed.traceformat import read_trace, trace_path
+
+POLL_S = 0.05
+STOP_GRACE_S = 3.0      # SIGTERM → SIGKILL
+SETTLE_S = 2.0          # after a failure, how long peers get to fail (or finish) themselves
+ERROR_TAIL_LINES = 3
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; reaps it. A finished process is left alone."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def last_error(log_path: Path) -> str:
+    """The last non-empty lines of a worker log (where the worker prints its one-line error)."""
+    try:
+        lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    return " | ".join(lines[-ERROR_TAIL_LINES:]) or "no output"
+
+
+def _ended_at(cell_dir: Path, rank: int) -> float:
+    """Monotonic time of the rank's ``end`` record; +inf when it has none (killed)."""
+    try:
+        ends = [r["t"] for r in read_trace(trace_path(cell_dir, rank)) if r.get("type") == "end"]
+    except (OSError, KeyError, ValueError):
+        return float("inf")
+    return ends[-1] if ends else float("inf")
+
+
+def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir: Path) -> None:
+    """Wait for every worker. A failure or the timeout stops the rest (none outlives the call)
+    and raises WorkerError naming the rank that failed first and its last log lines."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while any(p.poll() is None for p in procs.values()):
+            if any(p.poll() not in (None, 0) for p in procs.values()):
+                break
+            if time.monotonic() > deadline:
+                running = sorted(r for r, p in procs.items() if p.poll() is None)
+                raise WorkerError(f"timed out after {timeout_s:g} s; ranks still running: "
+                                  f"{running}")
+            time.sleep(POLL_S)
+        failed = {r: p.returncode for r, p in procs.items() if p.poll() not in (None, 0)}
+        if not failed:
+            return
+        settle = time.monotonic() + SETTLE_S
+        while time.monotonic() < settle and any(p.poll() is None for p in procs.values()):
+            time.sleep(POLL_S)
+        failed = {r: p.returncode for r, p in procs.items() if p.poll() not in (None, 0)}
+        first = min(failed, key=lambda r: (_ended_at(cell_dir, r), r))
+        others = f" ({len(failed) - 1} other rank(s) failed after it)" if len(failed) > 1 else ""
+        raise WorkerError(f"rank {first} exited with {failed[first]}: "
+                          f"{last_error(cell_dir / f'worker-rank{first}.log')}{others}")
+    finally:
+        for p in procs.values():
+            stop_process(p)
