@@ -51,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="one pipeline-parallel training rank")
     ap.add_argument("--cell", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--no-trace-actions", action="store_true",
-                    help="record iterations only (to measure the tracing overhead)")
+    ap.add_argument("--trace-actions", choices=("all", "none", "alternate"), default="all",
+                    help="record every action (default), none (iterations only), or only in "
+                         "even iterations (to measure the tracing overhead within one run)")
     args = ap.parse_args(argv)
     tracer = None
     try:
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         from testbed.train.trace import Tracer
         args.out.mkdir(parents=True, exist_ok=True)
         tracer = Tracer(args.out / f"trace-rank{int(env['RANK'])}.jsonl",
-                        actions=not args.no_trace_actions)
-        run(cell, env, tracer)
+                        actions=args.trace_actions != "none")
+        run(cell, env, tracer, alternate=args.trace_actions == "alternate")
         tracer.end("ok", None)
         return 0
     except BaseException as e:  # noqa: BLE001 — every failure becomes a one-line report
@@ -83,7 +84,7 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {head}" if head else type(e).__name__
 
 
-def run(cell: dict, env: dict[str, str], tracer) -> None:
+def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
@@ -125,6 +126,8 @@ def run(cell: dict, env: dict[str, str], tracer) -> None:
             if it == fault:
                 raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
             dist.barrier()
+            if alternate:
+                tracer.actions = it % 2 == 0
             t0 = time.monotonic_ns()
             loss = ex.iteration(it)
             tracer.record(type="iter", iter=it, warmup=it < w.warmup, t0=t0,
