@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _plugins() -> list[Callable]:
     """Subcommand groups that live with their subsystems (network, runner), where present."""
     out = []
-    for module in ("testbed.net.cli", "testbed.runner.cli"):
+    for module in ("testbed.net.cli", "testbed.runner.cli", "testbed.sim.cli"):
         try:
             present = importlib.util.find_spec(module) is not None
         except ModuleNotFoundError:  # its package is not there yet

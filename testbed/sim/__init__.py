@@ -1,0 +1,51 @@
+"""Discrete-event prediction of a schedule's timeline under per-link latency, bandwidth and an
+activation-memory limit (no processes, no sockets, no root).
+
+``predict(exp)`` takes one cell's experiment (a ``testbed.spec.Cell.experiment``) and returns
+``predicted_*`` values with the definitions of ``testbed.metrics`` (bubble = idle / span per
+rank, mean and max over ranks; exposed communication = time blocked on receives and on the
+final send wait, mean over ranks), so that they sit beside the measured columns. The model is
+in ``testbed.sim.engine``; the fixed software costs it adds, measured here, in
+``testbed.sim.calibration``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from testbed.errors import EXIT_BAD_INPUT, TestbedError
+from testbed.sim.engine import Deadlock, SimResult, simulate
+from testbed.spec import Experiment
+
+
+class SimulationError(TestbedError):
+    """The cell cannot be simulated (unknown compute times, a deadlocked order); exit 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+def run(exp: Experiment) -> SimResult:
+    """Simulate one iteration of ``exp``'s workload on its network; raises SimulationError."""
+    from testbed.sim.inputs import sim_input
+
+    try:
+        return simulate(sim_input(exp))
+    except Deadlock as e:
+        raise SimulationError(f"{exp.workload.schedule}: {e}") from None
+    except ValueError as e:  # compute times neither given nor derivable
+        raise SimulationError(f"cannot simulate: {e}") from None
+
+
+def predict(exp: Experiment, memory_limit: int | None = None) -> dict[str, Any]:
+    """Predicted metrics of one cell, keyed like the results CSV (``predicted_…``).
+
+    ``memory_limit`` (microbatches of activations a virtual stage may hold) is checked, not
+    enforced: the schedule's order is fixed, so ``predicted_memory_ok`` says whether the
+    schedule stays within it. Raises SimulationError when the cell cannot be simulated.
+    """
+    res = run(exp)
+    out = {f"predicted_{k}": round(v, 6) for k, v in res.metrics().items()}
+    out["predicted_peak_inflight"] = max(res.peak_inflight_per_stage)
+    out["predicted_peak_inflight_per_stage"] = list(res.peak_inflight_per_stage)
+    if memory_limit is not None:
+        out["predicted_memory_ok"] = out["predicted_peak_inflight"] <= memory_limit
+    return out

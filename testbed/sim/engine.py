@@ -1,0 +1,291 @@
+"""The discrete-event engine: every rank runs its lowered action list in order, in simulated time.
+
+Model, per iteration (all ranks start together, as after the executor's barrier):
+
+- each rank first posts one receive per RECV in its list (``POST_RECV_S`` each);
+- a compute action (F, B, I, W) takes its emulated time plus ``SLEEP_OVERSHOOT_S``; it counts
+  as busy, exactly as the executor's trace does;
+- a SEND holds its rank ``SEND_CALL_S`` (idle, as the trace's ``comm`` record) and hands the
+  message to its path. Every shaped hop of the path is a FIFO per direction: one transfer at a
+  time, in the order the sends were issued (htb + bfifo, and gloo's one TCP connection per rank
+  pair, serve bytes in order; concurrent TCP flows on one link would interleave packets and
+  share the rate instead: their total time is the same, the order of completions is not). A
+  transfer starts when every hop of its path is free, occupies them for bytes × 8 / the
+  bottleneck rate, and arrives one propagation delay (the sum over hops) and
+  ``MESSAGE_LATENCY_S`` of software later. Unshaped paths move ``UNSHAPED_BYTES_PER_S``;
+- a RECV blocks until its message has arrived; the blocked time is exposed communication;
+- after its last action a rank waits for its sends to leave (SEND_WAIT), then, with dp > 1,
+  joins its stage's data-parallel all-reduce (ring: starts when the last replica arrives).
+
+Not modelled: TCP slow start and congestion control, packet loss and retransmission, jitter,
+time-varying link steps, CPU contention between ranks, barrier skew.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from testbed.schedule.ir import Action, Kind, Schedule
+from testbed.sim import calibration as C
+
+
+@dataclass(frozen=True)
+class Path:
+    """How bytes go from one rank to another: the shaped hops they occupy (each a FIFO),
+    the bottleneck rate (bit/s; None when nothing is shaped) and the one-way delay (s)."""
+
+    hops: tuple[str, ...]
+    rate_bps: float | None
+    delay_s: float
+
+    def serialization_s(self, nbytes: int) -> float:
+        """Time the bytes occupy the path's bottleneck."""
+        if self.rate_bps is None:
+            return nbytes / C.UNSHAPED_BYTES_PER_S
+        return nbytes * C.WIRE_BYTES_PER_PAYLOAD_BYTE * 8 / self.rate_bps
+
+
+UNSHAPED = Path((), None, 0.0)
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Emulated compute times of one virtual stage, seconds per microbatch."""
+
+    f: float
+    b: float
+    w: float
+
+    @property
+    def i(self) -> float:
+        return self.b - self.w
+
+    def of(self, kind: Kind) -> float:
+        return {Kind.F: self.f, Kind.B: self.b, Kind.I: self.i, Kind.W: self.w}[kind]
+
+
+@dataclass
+class SimInput:
+    """Everything one simulated iteration needs.
+
+    ``schedule`` is lowered (has SEND/RECV); ``times[s]`` per virtual stage; ``message_bytes``
+    per activation or gradient; ``path(src, dst)`` between global ranks; ``allreduce_s[pp_rank]``
+    is the data-parallel all-reduce time of that pipeline rank (ignored when dp = 1).
+    """
+
+    schedule: Schedule
+    times: list[StageTimes]
+    message_bytes: int
+    dp: int = 1
+    paths: dict[tuple[int, int], Path] = field(default_factory=dict)
+    allreduce_s: list[float] = field(default_factory=list)
+
+    def path(self, src: int, dst: int) -> Path:
+        return self.paths.get((src, dst), UNSHAPED)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One timed record of a rank, as the executor's trace has it (``cat``: compute, comm,
+    wait)."""
+
+    rank: int
+    kind: str
+    stage: int | None
+    microbatch: int | None
+    t0: float
+    t1: float
+    cat: str
+
+
+@dataclass
+class SimResult:
+    """A predicted iteration: per-rank spans and the metrics ``testbed.metrics`` defines."""
+
+    spans: list[Span]
+    span_s: float
+    busy_s: list[float]
+    wait_s: list[float]
+    peak_inflight_per_stage: list[int]
+    peak_inflight_per_rank: list[int]
+
+    @property
+    def bubble_ratios(self) -> list[float]:
+        return [(self.span_s - b) / self.span_s for b in self.busy_s]
+
+    def metrics(self) -> dict[str, float]:
+        """The same definitions as ``testbed.metrics.summarize`` (idle / span per rank)."""
+        ratios = self.bubble_ratios
+        busy = sum(self.busy_s)
+        idle = sum(self.span_s - b for b in self.busy_s)
+        return {
+            "iteration_time_s": self.span_s,
+            "bubble_ratio": sum(ratios) / len(ratios),
+            "bubble_ratio_max": max(ratios),
+            "bubble_ratio_megatron": idle / busy if busy else float("nan"),
+            "exposed_comm_s": sum(self.wait_s) / len(self.wait_s),
+        }
+
+
+class Deadlock(ValueError):
+    """No rank can move: the action lists wait on each other."""
+
+
+class _Run:
+    """The state of one simulated iteration; ``go`` runs it."""
+
+    def __init__(self, inp: SimInput):
+        self.inp, self.s = inp, inp.schedule
+        self.world = inp.dp * self.s.pp
+        self.pos = [0] * self.world
+        self.events: list[tuple[float, int, int]] = []
+        self.seq = 0
+        self.arrival: dict[tuple, float] = {}
+        self.waiting: dict[tuple, tuple[int, float]] = {}
+        self.hop_free: dict[str, float] = defaultdict(float)
+        self.sent_by: dict[int, float] = defaultdict(float)
+        self.spans: list[Span] = []
+        self.done: dict[int, float] = {}
+        self.memory = _Memory(self.s, self.world)
+
+    def push(self, t: float, rank: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, rank))
+
+    def go(self) -> SimResult:
+        for r in range(self.world):
+            n_recv = sum(a.kind in (Kind.RECV_F, Kind.RECV_B) for a in self._actions(r))
+            self.push(n_recv * C.POST_RECV_S, r)
+        while self.events:
+            t, _, r = heapq.heappop(self.events)
+            self._step(r, t)
+        if len(self.done) < self.world:
+            stuck = {r: str(self._actions(r)[self.pos[r]]) for r in range(self.world)
+                     if r not in self.done}
+            raise Deadlock(f"deadlock: ranks wait on {stuck}")
+        return self._result(self._all_reduce())
+
+    def _actions(self, rank: int) -> list[Action]:
+        return self.s.actions[rank % self.s.pp]
+
+    def _global(self, rank: int, stage: int) -> int:
+        return (rank // self.s.pp) * self.s.pp + self.s.stage_to_rank[stage]
+
+    def _step(self, r: int, t: float) -> None:
+        acts = self._actions(r)
+        if self.pos[r] == len(acts):
+            end = max(t, self.sent_by[r])
+            self.spans.append(Span(r, "SEND_WAIT", None, None, t, end, "wait"))
+            self.done[r] = end
+            return
+        a = acts[self.pos[r]]
+        if a.kind.is_compute:
+            dur = self.inp.times[a.stage].of(a.kind) + C.SLEEP_OVERSHOOT_S
+            self._advance(r, a, t, t + dur, "compute")
+            self.memory.update(r, a, t + dur)
+        elif a.kind in (Kind.SEND_F, Kind.SEND_B):
+            self._send(r, a, t)
+            self._advance(r, a, t, t + C.SEND_CALL_S, "comm")
+        else:
+            self._recv(r, a, t)
+
+    def _advance(self, r: int, a: Action, t0: float, t1: float, cat: str) -> None:
+        self.spans.append(Span(r, a.kind.value, a.stage, a.microbatch, t0, t1, cat))
+        self.pos[r] += 1
+        self.push(t1 + C.ACTION_GAP_S, r)
+
+    def _send(self, r: int, a: Action, t: float) -> None:
+        fwd = a.kind is Kind.SEND_F
+        dst = self._global(r, a.stage + 1 if fwd else a.stage - 1)
+        path = self.inp.path(r, dst)
+        hops = path.hops + (f"conn {r}->{dst}",)
+        start = max([t] + [self.hop_free[h] for h in hops])
+        left = start + path.serialization_s(self.inp.message_bytes)
+        for h in hops:
+            self.hop_free[h] = left
+        self.sent_by[r] = max(self.sent_by[r], left)
+        key = (r // self.s.pp, "F" if fwd else "B", a.stage, a.microbatch)
+        self.arrival[key] = left + path.delay_s + C.MESSAGE_LATENCY_S
+        if key in self.waiting:
+            self.push(*self._wake(key))
+
+    def _wake(self, key: tuple) -> tuple[float, int]:
+        rank, since = self.waiting.pop(key)
+        return since, rank
+
+    def _recv(self, r: int, a: Action, t: float) -> None:
+        fwd = a.kind is Kind.RECV_F
+        key = (r // self.s.pp, "F" if fwd else "B", a.stage - 1 if fwd else a.stage + 1,
+               a.microbatch)
+        if key not in self.arrival:
+            self.waiting[key] = (r, t)  # woken (at t) once the send is issued
+            return
+        self._advance(r, a, t, max(t, self.arrival[key]), "wait")
+
+    def _all_reduce(self) -> dict[int, float]:
+        """Each rank's end after its stage's DP all-reduce (ring over the dp replicas)."""
+        if self.inp.dp == 1:
+            return dict(self.done)
+        ends = {}
+        for p in range(self.s.pp):
+            group = [d * self.s.pp + p for d in range(self.inp.dp)]
+            start = max(self.done[r] for r in group)
+            for r in group:
+                ends[r] = start + self.inp.allreduce_s[p]
+                self.spans.append(Span(r, "ALLREDUCE", None, None, self.done[r], ends[r],
+                                       "comm"))
+        return ends
+
+    def _result(self, ends: dict[int, float]) -> SimResult:
+        busy, wait = [0.0] * self.world, [0.0] * self.world
+        for sp in self.spans:
+            if sp.cat == "compute":
+                busy[sp.rank] += sp.t1 - sp.t0
+            elif sp.cat == "wait":
+                wait[sp.rank] += sp.t1 - sp.t0
+        return SimResult(sorted(self.spans, key=lambda x: (x.rank, x.t0)), max(ends.values()),
+                         busy, wait, self.memory.peak_per_stage(), self.memory.peak_per_rank())
+
+
+class _Memory:
+    """Activations held per (rank, virtual stage): one per microbatch from the end of its F to
+    the end of its last backward action (W when the schedule splits the backward, else B)."""
+
+    def __init__(self, s: Schedule, world: int):
+        self.n_stages, self.pp, self.world = s.n_stages, s.pp, world
+        self.release = {(a.stage, a.microbatch): a.kind for acts in s.actions for a in acts
+                        if a.kind in (Kind.B, Kind.W)}
+        self.events: list[tuple[float, int, int, int]] = []  # (t, +1/-1, rank, stage)
+
+    def update(self, rank: int, a: Action, t: float) -> None:
+        if a.kind is Kind.F:
+            self.events.append((t, 1, rank, a.stage))
+        elif self.release.get((a.stage, a.microbatch)) is a.kind:
+            self.events.append((t, -1, rank, a.stage))
+
+    def _peaks(self, key) -> dict:
+        live: dict = defaultdict(int)
+        peak: dict = defaultdict(int)
+        for _, delta, rank, stage in sorted(self.events):  # frees before allocations at a tie
+            k = key(rank, stage)
+            live[k] += delta
+            peak[k] = max(peak[k], live[k])
+        return peak
+
+    def peak_per_stage(self) -> list[int]:
+        """Most microbatches in flight on each virtual stage (worst data-parallel replica)."""
+        peak = self._peaks(lambda rank, stage: (rank, stage))
+        return [max((v for (_, s), v in peak.items() if s == st), default=0)
+                for st in range(self.n_stages)]
+
+    def peak_per_rank(self) -> list[int]:
+        """Most microbatches in flight over all the virtual stages of each pipeline rank."""
+        peak = self._peaks(lambda rank, stage: rank)
+        return [max(peak.get(d * self.pp + p, 0) for d in range(self.world // self.pp))
+                for p in range(self.pp)]
+
+
+def simulate(inp: SimInput) -> SimResult:
+    """Predict one iteration of ``inp``; raises Deadlock when the action lists cannot finish."""
+    return _Run(inp).go()

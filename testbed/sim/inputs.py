@@ -1,0 +1,130 @@
+"""From an experiment (one cell) to the engine's input: the lowered schedule, the emulated
+compute times, the bytes per message, and the path between every pair of ranks that talk.
+
+Paths follow the emulated network: a rank's host link to its DC (the DC's ``intra`` profile,
+with the experiment's ``links.intra_dc`` on top, shaped at both ends), then the inter-DC links
+along ``Topology.routes`` (each direction its own profile), then the receiving host's link.
+Placement is the experiment's (``in_order``: contiguous stage blocks per DC).
+"""
+from __future__ import annotations
+
+from testbed.net.topology import LinkProfile
+from testbed.placement import PLACEMENTS, Slot
+from testbed.schedule.generators import generate
+from testbed.schedule.ir import Schedule
+from testbed.schedule.lower import lower
+from testbed.sim import calibration as C
+from testbed.sim.engine import Path, SimInput, StageTimes
+from testbed.spec import Experiment
+
+FLOAT32_BYTES = 4
+
+
+def _hop(name: str, p: LinkProfile) -> tuple[str | None, float | None, float]:
+    """(FIFO name when rate-shaped, rate bit/s, delay s) of one hop."""
+    rate = p.rate_mbit * 1e6 if p.rate_mbit else None
+    return (name if rate else None), rate, p.one_way_delay_ms / 1000
+
+
+def _combine(hops: list[tuple[str | None, float | None, float]]) -> Path:
+    rates = [r for _, r, _ in hops if r]
+    return Path(tuple(n for n, _, _ in hops if n), min(rates) if rates else None,
+                sum(d for _, _, d in hops))
+
+
+class Network:
+    """Paths between hosts of one cell's emulated network."""
+
+    def __init__(self, exp: Experiment):
+        self.topo = exp.topology
+        self.links = self.topo.resolved_links(exp.links.inter_dc, exp.links.per_link)
+        self.routes = self.topo.routes(self.links)
+        self.intra_override = exp.links.intra_dc
+
+    def _intra(self, dc: str) -> LinkProfile:
+        return self.topo.dc(dc).intra.merged(self.intra_override)
+
+    def _inter_hops(self, a: str, b: str) -> list[tuple[str | None, float | None, float]]:
+        out, cur = [], a
+        while cur != b:
+            nxt = self.routes[cur][b]
+            link = next(lk for lk in self.links if {lk.a, lk.b} == {cur, nxt})
+            profile = link.a_to_b if cur == link.a else link.b_to_a
+            out.append(_hop(f"{cur}->{nxt}", profile))
+            cur = nxt
+        return out
+
+    def path(self, src: Slot, dst: Slot) -> Path:
+        """The path from ``src``'s host to ``dst``'s host."""
+        up = _hop(f"{src.dc}/{src.host_index} up", self._intra(src.dc))
+        down = _hop(f"{dst.dc}/{dst.host_index} down", self._intra(dst.dc))
+        return _combine([up, *self._inter_hops(src.dc, dst.dc), down])
+
+
+def stage_times(exp: Experiment) -> list[StageTimes]:
+    """Emulated F/B/W per virtual stage, from the executor's own ``ComputeTimes``; raises
+    ValueError when the workload gives neither times nor a device with a known peak."""
+    from testbed.train.executor import ComputeTimes
+
+    w = exp.workload
+    n = w.parallel.pp * w.chunks
+    out = []
+    for s in range(n):
+        t = ComputeTimes.from_workload(w, s, n)
+        out.append(StageTimes(t.f, t.b, t.w))
+    return out
+
+
+def _bytes_factor(exp: Experiment) -> float:
+    """The executor's: emulated tensors are float32 × bytes_scale (× 0.5 for bfloat16)."""
+    c = exp.workload.compute
+    if c.mode == "real":
+        return 1.0
+    return c.bytes_scale * (0.5 if c.dtype == "bfloat16" else 1.0)
+
+
+def message_bytes(exp: Experiment) -> int:
+    """Bytes of one activation (or its gradient) between stages, as the executor sends it."""
+    from testbed.train.model import activation_numel
+
+    w = exp.workload
+    return activation_numel(w.model, w.microbatch_size, _bytes_factor(exp)) * FLOAT32_BYTES
+
+
+def _allreduce_s(exp: Experiment, net: Network, slots: list[Slot],
+                 schedule: Schedule) -> list[float]:
+    """Ring all-reduce time of each pipeline rank's gradients over its dp replicas: 2(d−1)
+    steps, each moving 1/d of the gradients over the slowest edge of the ring."""
+    from testbed.train.model import stage_params
+
+    w = exp.workload
+    d, pp, n = w.parallel.dp, w.parallel.pp, w.parallel.pp * w.chunks
+    if d == 1:
+        return [0.0] * pp
+    out = []
+    for p in range(pp):
+        numel = sum(stage_params(w.model, s, n) for s in schedule.stages_of(p))
+        chunk = max(1, int(numel * _bytes_factor(exp))) * FLOAT32_BYTES / d
+        ring = [slots[i * pp + p] for i in range(d)]
+        step = max(net.path(a, b).serialization_s(int(chunk)) + net.path(a, b).delay_s
+                   + C.MESSAGE_LATENCY_S for a, b in zip(ring, ring[1:] + ring[:1]))
+        out.append(2 * (d - 1) * step)
+    return out
+
+
+def sim_input(exp: Experiment) -> SimInput:
+    """The engine's input for one cell (the experiment with the cell's values set)."""
+    w = exp.workload
+    pp, dp = w.parallel.pp, w.parallel.dp
+    schedule = lower(generate(w.schedule, pp, w.microbatches, w.chunks))
+    slots = PLACEMENTS[exp.placement](exp.topology, pp, dp)
+    net = Network(exp)
+    paths = {}
+    for d in range(dp):
+        for a in range(pp):
+            for b in range(pp):
+                if a != b:
+                    src, dst = slots[d * pp + a], slots[d * pp + b]
+                    paths[(src.rank, dst.rank)] = net.path(src, dst)
+    return SimInput(schedule, stage_times(exp), message_bytes(exp), dp, paths,
+                    _allreduce_s(exp, net, slots, schedule))
