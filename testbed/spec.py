@@ -115,6 +115,20 @@ class LinkOverrides(Strict):
                                              description='one inter-DC link, keyed "dcA-dcB"')
 
 
+class Remote(Strict):
+    """Lab hosts for ``backend: remote`` (see README, "Real lab clusters")."""
+
+    inventory: str = Field(description="Ansible INI inventory, one group per DC (path relative "
+                                       "to this file)")
+    known_hosts: str = Field("~/.ssh/known_hosts",
+                             description="host keys are checked against this file")
+    workdir: str = Field("/tmp", pattern=r"^/", description="absolute directory on each host "
+                                                             "for a run's files")
+    connect_timeout_s: float = Field(10, gt=0, le=300)
+    clock_samples: int = Field(9, ge=1, le=1000,
+                               description="round trips per host; the fastest gives the offset")
+
+
 class Experiment(Strict):
     """One experiment file. ``matrix`` is expanded into cells; each cell is this file with the
     cell's values set at their dotted paths."""
@@ -131,6 +145,7 @@ class Experiment(Strict):
     repeat: int = Field(1, ge=1, le=1000)
     timeout_s: float = Field(600, gt=0, description="per cell; workers are killed after it")
     measure_links: bool = Field(True, description="measure RTT and rate of every inter-DC link")
+    remote: Remote | None = Field(None, description="lab hosts, for backend: remote")
 
 
 # ---------------------------------------------------------------- positioned YAML
@@ -501,6 +516,9 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
             PLACEMENTS[exp.placement](exp.topology, w.parallel.pp, w.parallel.dp)
         except SpecError as e:
             out += [(("placement",), p.message) for p in e.problems]
+    if exp.backend == "remote" and exp.remote is None:
+        out.append((("backend",), "backend remote needs a remote section naming the lab's "
+                                  "inventory: remote: {inventory: lab.ini}"))
     names = {f"{lk.a}-{lk.b}" for lk in exp.topology.resolved_links()}
     for key in exp.links.per_link:
         if key not in names:

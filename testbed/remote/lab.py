@@ -1,0 +1,125 @@
+"""A connected lab: every host reached over SSH (host keys checked), its testbed and torch
+versions compared with the controller's, its clock offset and NTP state measured, and whether
+its kernel has netem. All per-host steps run in parallel; one error lists every failing host."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fabric import Connection
+
+from testbed.errors import MachineError
+from testbed.remote import clocks, ssh
+from testbed.remote.inventory import Inventory, LabHost, load_inventory
+
+log = logging.getLogger(__name__)
+
+VERSION_PROBE = ("import json, platform, testbed, torch; print(json.dumps({'testbed': "
+                 "testbed.__version__, 'torch': torch.__version__, "
+                 "'python': platform.python_version()}))")
+# netem is usable when loaded or loadable; -n only looks, it loads nothing
+NETEM_PROBE = ["sh", "-c", "test -d /sys/module/sch_netem || modprobe -n -q sch_netem"]
+VERSION_TIMEOUT_S = 120.0  # importing torch on a cold host takes a while
+
+
+def local_versions() -> dict[str, str]:
+    """testbed's and torch's versions on the controller."""
+    import platform
+
+    import torch
+
+    import testbed
+
+    return {"testbed": testbed.__version__, "torch": torch.__version__,
+            "python": platform.python_version()}
+
+
+def resolve_path(ref: str, base: Path) -> Path:
+    """``ref`` with ``~`` expanded, relative to ``base`` (the experiment file's directory)."""
+    p = Path(ref).expanduser()
+    return p if p.is_absolute() else (base / p).resolve()
+
+
+@dataclass
+class Lab:
+    """Open connections to an inventory's hosts and what was learnt about them."""
+
+    inventory: Inventory
+    known_hosts: Path
+    conns: dict[str, Connection] = field(default_factory=dict)
+    versions: dict[str, dict] = field(default_factory=dict)
+    offsets: dict[str, clocks.ClockOffset] = field(default_factory=dict)
+    netem: dict[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, inventory: Path, dcs: list[str], known_hosts: str | Path,
+             connect_timeout_s: float = ssh.CONNECT_TIMEOUT_S,
+             clock_samples: int = clocks.DEFAULT_SAMPLES) -> "Lab":
+        """Connect to the hosts of the groups ``dcs`` and check them; closes what it opened
+        and raises RemoteError (every failing host) or SpecError (a bad inventory)."""
+        lab = cls(load_inventory(inventory, dcs), Path(known_hosts).expanduser())
+        try:
+            lab.conns = ssh.each(lab.hosts(), lambda h: ssh.connect(
+                h, lab.known_hosts, connect_timeout_s), "connecting")
+            lab.check_versions()
+            lab.offsets = lab.each(lambda h, c: clocks.measure(c, h, clock_samples),
+                                  "measuring clock offsets")
+            lab.netem = lab.each(lambda h, c: ssh.run(c, h, NETEM_PROBE, check=False)
+                                 .returncode == 0, "probing netem")
+        except BaseException:
+            lab.close()
+            raise
+        return lab
+
+    def hosts(self) -> list[LabHost]:
+        return self.inventory.hosts()
+
+    def host(self, name: str) -> LabHost:
+        return next(h for h in self.hosts() if h.name == name)
+
+    def each(self, fn, step: str, hosts: list[LabHost] | None = None) -> dict:
+        """``fn(host, connection)`` on every host (or ``hosts``) in parallel; see ssh.each."""
+        return ssh.each(hosts if hosts is not None else self.hosts(),
+                        lambda h: fn(h, self.conns[h.name]), step)
+
+    def check_versions(self) -> None:
+        """Raise RemoteError naming every host whose testbed or torch differs from here."""
+        want = local_versions()
+        self.versions = self.each(lambda h, c: json.loads(ssh.run(
+            c, h, [h.python, "-c", VERSION_PROBE], timeout=VERSION_TIMEOUT_S)
+            .stdout.strip().splitlines()[-1]), "checking versions")
+        bad = {}
+        for name, got in self.versions.items():
+            diff = [f"{k} {got.get(k)} (controller {v})" for k, v in want.items()
+                    if k != "python" and got.get(k) != v]
+            if diff:
+                bad[name] = ", ".join(diff) + "; run the Ansible playbook (roles pyenv, deploy)"
+        if bad:
+            raise ssh.RemoteError("checking versions", bad)
+
+    def shaper_choice(self, requested: str) -> tuple[str, str]:
+        """(shaper name, reason) for the lab: ``netem`` when every host has it, else ``htb``
+        (rate and queue only: cells that ask for delay, jitter or loss fail, saying why).
+        Raises MachineError for ``delayline`` or for ``netem`` on hosts without it."""
+        lacking = sorted(n for n, ok in self.netem.items() if not ok)
+        if requested == "delayline":
+            raise MachineError("shaper delayline runs in the emulator's router namespaces, not "
+                               "on lab hosts", "use shaper: auto or netem with backend: remote")
+        if requested == "netem" and lacking:
+            raise MachineError(f"shaper netem: no sch_netem on {', '.join(lacking)}",
+                               "install the kernel's netem module (e.g. linux-modules-extra) "
+                               "or use shaper: auto for rate-only shaping")
+        if not lacking:
+            return "netem", "every lab host has sch_netem"
+        return "htb", (f"no sch_netem on {', '.join(lacking)}: rate and queue only (htb); "
+                       "cells with delay, jitter or loss fail")
+
+    def clock_report(self) -> dict[str, dict]:
+        return {name: c.as_dict() for name, c in self.offsets.items()}
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
+        self.conns = {}

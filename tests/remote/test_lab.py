@@ -1,0 +1,85 @@
+"""Reaching stand-in lab hosts (sshd in namespaces): host keys, versions, clocks, errors."""
+from __future__ import annotations
+
+import pytest
+
+from testbed.errors import SpecError
+from testbed.remote import ssh
+from testbed.remote.inventory import load_inventory
+from testbed.remote.lab import Lab, local_versions
+
+pytestmark = [pytest.mark.root, pytest.mark.remote]
+DCS = ["dc1", "dc2"]
+# Within one machine the true offset is 0; the estimate's error is bounded by half the RTT of
+# the kept sample, which over a local SSH channel is well under a few ms even on a busy box.
+SAME_MACHINE_OFFSET_NS = 5_000_000
+
+
+def test_opens_every_host_checks_versions_and_measures_clocks(lab, inventory, known_hosts):
+    opened = Lab.open(inventory, DCS, known_hosts, clock_samples=5)
+    try:
+        assert sorted(opened.conns) == ["dc1-0", "dc1-1", "dc2-0", "dc2-1"]
+        want = local_versions()
+        assert all(v["torch"] == want["torch"] for v in opened.versions.values())
+        for c in opened.offsets.values():
+            assert abs(c.monotonic_offset_ns) <= max(c.uncertainty_ns, SAME_MACHINE_OFFSET_NS)
+            assert c.rtt_ns > 0 and c.samples == 5 and c.ntp
+        assert set(opened.netem) == set(opened.conns)
+    finally:
+        opened.close()
+
+
+def test_refuses_an_unknown_host_key_and_says_how_to_accept_it(lab, inventory, tmp_path):
+    kh = lab.known_hosts(tmp_path / "partial_known_hosts", only=["dc1-0", "dc1-1", "dc2-0"])
+    with pytest.raises(ssh.RemoteError) as e:
+        Lab.open(inventory, DCS, kh)
+    msg = str(e.value)
+    assert list(e.value.failures) == ["dc2-1"]
+    assert "is not in" in msg and "ssh-keyscan" in msg
+    assert "testbed_accept_unknown_host_keys=true" in msg
+    assert kh.read_text().count("\n") == 3  # nothing was added
+
+
+def test_refuses_a_changed_host_key(lab, inventory, tmp_path):
+    kh = tmp_path / "known_hosts"
+    other = lab.hosts[1].host_pub
+    kh.write_text("".join(f"{h.ip} {other}\n" for h in lab.hosts))
+    with pytest.raises(ssh.RemoteError) as e:
+        Lab.open(inventory, DCS, kh)
+    assert "CHANGED" in str(e.value) and "ssh-keygen -R" in str(e.value)
+    assert len(e.value.failures) == 3  # every host but the one whose key it is
+
+
+def test_accepts_and_records_unknown_keys_when_the_inventory_says_so(lab, tmp_path):
+    inv = lab.inventory(tmp_path / "inv.ini", extra_vars="testbed_accept_unknown_host_keys=true")
+    kh = tmp_path / "empty_known_hosts"
+    opened = Lab.open(inv, DCS, kh, clock_samples=1)
+    opened.close()
+    recorded = kh.read_text()
+    assert all(h.ip in recorded and h.host_pub.split()[1] in recorded for h in lab.hosts)
+
+
+def test_one_error_lists_every_unreachable_host(lab, tmp_path, known_hosts):
+    inv = lab.inventory(tmp_path / "inv.ini")
+    text = inv.read_text().replace(f"ansible_host={lab.hosts[0].ip}", "ansible_host=10.0.0.0") \
+        .replace(f"ansible_host={lab.hosts[3].ip}", "ansible_host=10.0.0.0")
+    inv.write_text(text)
+    with pytest.raises(ssh.RemoteError) as e:
+        Lab.open(inv, DCS, known_hosts, connect_timeout_s=1)
+    assert sorted(e.value.failures) == ["dc1-0", "dc2-1"]
+
+
+def test_a_wrong_client_key_is_refused_with_a_reason(lab, tmp_path, known_hosts):
+    inv = lab.inventory(tmp_path / "inv.ini")
+    from standin import keygen
+    keygen(tmp_path / "other_key")
+    inv.write_text(inv.read_text().replace(str(lab.client_key), str(tmp_path / "other_key")))
+    with pytest.raises(ssh.RemoteError) as e:
+        Lab.open(inv, DCS, known_hosts)
+    assert "refused" in str(e.value) and len(e.value.failures) == 4
+
+
+def test_inventory_without_a_dc_group_is_a_spec_error(lab, inventory):
+    with pytest.raises(SpecError) as e:
+        load_inventory(inventory, ["dc1", "dc3"])
+    assert "[dc3]" in str(e.value)
