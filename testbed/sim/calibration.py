@@ -4,26 +4,30 @@ modelled compute and link times.
 Measured on this project's 2-core Debian 12 VM (other work running beside it) with
 ``.venv/bin/python benchmarks/bench_sim.py --calibrate``, which runs the real workers over
 loopback (gloo, emulated compute, 2 KB activations) and reads the per-action traces; the values
-are medians over gpipe on 2 ranks, 1f1b and zbv on 4 ranks (several hundred actions each).
+are the middle of the medians of three runs: gpipe on 2 ranks, 1f1b and zbv on 4 ranks
+(several hundred actions each); the three medians are given beside each constant.
 They are small next to millisecond compute, so a few tens of µs of error here move a
 prediction by well under 1 %. Re-run the calibration on other machines.
 """
 from __future__ import annotations
 
 # time.sleep(t) in emulated compute returns this much late (timer slack, wake-up); the trace
-# counts it as compute. Medians 119 / 130 / 144 µs in the three runs.
-SLEEP_OVERSHOOT_S = 130e-6
-# Between two actions of one rank (Python dispatch, tracing). Medians 11 / 11 / 13 µs.
-ACTION_GAP_S = 11e-6
+# counts it as compute. Medians 117 / 126 / 141 µs.
+SLEEP_OVERSHOOT_S = 126e-6
+# Between two actions of one rank (Python dispatch, tracing). Medians 14 / 11 / 14 µs.
+ACTION_GAP_S = 14e-6
 # dist.isend of a small tensor holds the sending rank this long (traced as comm, i.e. idle).
-# Medians 212 / 223 / 217 µs.
-SEND_CALL_S = 215e-6
+# Medians 232 / 205 / 256 µs.
+SEND_CALL_S = 232e-6
 # From the start of isend to the receiver's wait returning, for a small tensor on an unshaped
-# path, when the receiver was already waiting. Medians 0.32 / 0.25 / 0.26 ms.
-MESSAGE_LATENCY_S = 260e-6
-# irecv posted for every RECV at the start of each iteration, per receive.
-POST_RECV_S = 25e-6
-# gloo's throughput between two processes on an unshaped path (loopback or veth), bytes/s.
-UNSHAPED_BYTES_PER_S = 1.0e9
+# path, when the receiver was already waiting. Medians 323 / 280 / 357 µs.
+MESSAGE_LATENCY_S = 323e-6
+# From the iteration's start to its first action, per receive posted then (irecv of every
+# RECV in the rank's list). Medians 70 / 44 / 64 µs.
+POST_RECV_S = 64e-6
+# gloo's throughput between two processes on an unshaped path, bytes/s: 4 MiB messages on
+# loopback took 3.06 ms from isend to the receiver (median), 0.32 ms of it fixed: 1.53 GB/s.
+# Not measured over veth (namespaces need root); raw veth TCP is about 2 GB/s (FACTS.md).
+UNSHAPED_BYTES_PER_S = 1.5e9
 # TCP over Ethernet: 1448 payload bytes (MSS with timestamps) per 1514 bytes that htb/tbf count.
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
