@@ -116,6 +116,13 @@ class Lab:
         return "htb", (f"no sch_netem on {', '.join(lacking)}: rate and queue only (htb); "
                        "cells with delay, jitter or loss fail")
 
+    def bring_up(self, exp, links, shaper: str, record_dir: Path, stack):
+        """The experiment's network on this lab, shaped and read back (see
+        testbed.net.backends.remote.bring_up); undone when ``stack`` closes."""
+        from testbed.net.backends.remote import bring_up
+
+        return bring_up(self, exp.remote.workdir, exp.topology, links, shaper, record_dir, stack)
+
     def clock_report(self) -> dict[str, dict]:
         return {name: c.as_dict() for name, c in self.offsets.items()}
 
@@ -123,3 +130,11 @@ class Lab:
         for conn in self.conns.values():
             conn.close()
         self.conns = {}
+
+
+def open_for(le) -> Lab:
+    """The lab of a loaded experiment (``remote`` section; paths relative to the experiment
+    file), connected and checked."""
+    r, base = le.experiment.remote, Path(le.path).parent
+    return Lab.open(resolve_path(r.inventory, base), [dc.name for dc in le.experiment.topology.dcs],
+                    resolve_path(r.known_hosts, base), r.connect_timeout_s, r.clock_samples)

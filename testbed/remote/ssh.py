@@ -27,7 +27,7 @@ import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
-from testbed.errors import CommandError, TestbedError
+from testbed.errors import EXIT_MACHINE, CommandError, TestbedError
 from testbed.remote.inventory import LabHost
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ class RemoteError(TestbedError):
 
     step: str
     failures: dict[str, str] = field(default_factory=dict)
+    exit_code = EXIT_MACHINE
 
     def __str__(self) -> str:
         lines = [f"{self.step} failed on {len(self.failures)} host(s):"]

@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import MachineError, TestbedError
+from testbed.errors import TestbedError
 from testbed.net.topology import ResolvedLink
 from testbed.placement import PLACEMENTS, Slot
 from testbed.runner import netops
@@ -29,16 +29,28 @@ class CellRunner:
         self.le, self.store = le, store
         self.shaper_name = ""
         self.shaper_reason = ""
+        self.lab = None  # backend remote: the connected lab hosts (testbed.remote.lab.Lab)
 
     def __enter__(self) -> "CellRunner":
-        self.shaper_name, self.shaper_reason = netops.choose_shaper(self.le.experiment.shaper)
         if self.le.experiment.backend == "remote":
-            raise MachineError("backend remote is not built yet (issue 7)",
-                               "use backend: netns or mininet")
+            from testbed.remote.lab import open_for
+
+            self.lab = open_for(self.le)
+            try:
+                self.shaper_name, self.shaper_reason = self.lab.shaper_choice(
+                    self.le.experiment.shaper)
+            except BaseException:
+                self.lab.close()
+                raise
+        else:
+            self.shaper_name, self.shaper_reason = netops.choose_shaper(
+                self.le.experiment.shaper)
         log.info("shaper %s: %s", self.shaper_name, self.shaper_reason)
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.lab is not None:
+            self.lab.close()
         return None
 
     def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
@@ -76,7 +88,12 @@ class CellRunner:
         _write_cell_json(cell, repeat, self.store.run_id, slots, cell_dir)
         row: dict[str, Any] = {}
         with ExitStack() as stack:
-            net, shaper = netops.network(exp, links, self.shaper_name, cell_dir / "net", stack)
+            if self.lab is not None:
+                net, shaper = self.lab.bring_up(exp, links, self.shaper_name, cell_dir / "net",
+                                                stack)
+            else:
+                net, shaper = netops.network(exp, links, self.shaper_name, cell_dir / "net",
+                                             stack)
             measured = netops.fidelity(net, exp.measure_links)
             for link in links:
                 row.update(link_columns(link, measured[link.name]))
@@ -94,15 +111,20 @@ class CellRunner:
         procs = {}
         for slot in slots:
             host = netops.host_of(net, slot)
-            env = dict(os.environ, RANK=str(slot.rank), WORLD_SIZE=str(len(slots)),
+            job = dict(RANK=str(slot.rank), WORLD_SIZE=str(len(slots)),
                        LOCAL_RANK="0", MASTER_ADDR=str(master.ip), MASTER_PORT=str(MASTER_PORT),
                        GLOO_SOCKET_IFNAME=host.iface,
                        TESTBED_TIMEOUT_S=str(int(cell.experiment.timeout_s)))
             logf = open(cell_dir / f"worker-rank{slot.rank}.log", "wb")
             stack.callback(logf.close)
+            if getattr(net, "remote", False):  # over SSH; its trace is fetched when it exits
+                procs[slot.rank] = net.start_worker(host, slot.rank, job, cell_dir, logf)
+                stack.callback(netops.stop_process, procs[slot.rank])
+                continue
             argv = [sys.executable, "-m", "testbed.train.worker",
                     "--cell", str(cell_dir / "cell.json"), "--out", str(cell_dir)]
-            procs[slot.rank] = net.popen(host, argv, env=env, stdout=logf, stderr=logf)
+            procs[slot.rank] = net.popen(host, argv, env=dict(os.environ, **job), stdout=logf,
+                                         stderr=logf)
             stack.callback(netops.stop_process, procs[slot.rank])
         return procs
 

@@ -1,4 +1,5 @@
-"""Backends that realise a Topology: ``netns`` (pyroute2 namespaces) and ``mininet``."""
+"""Backends that realise a Topology: ``netns`` (pyroute2 namespaces), ``mininet`` and ``remote``
+(lab hosts over SSH)."""
 from __future__ import annotations
 
 import importlib
@@ -10,6 +11,7 @@ from testbed.errors import MachineError
 BACKENDS: dict[str, tuple[str, str]] = {
     "netns": ("testbed.net.backends.netns", "NetnsBackend"),
     "mininet": ("testbed.net.backends.mininet", "MininetBackend"),
+    "remote": ("testbed.net.backends.remote", "RemoteBackend"),  # needs a Lab: see remote.py
 }
 
 
