@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from testbed.errors import Problem, SpecError
-from testbed.net.topology import LinkProfile, Step, Strict, Topology
+from testbed.net.topology import MAX_DELAY_MS, LinkProfile, Step, Strict, Topology
 from testbed.placement import PLACEMENTS
 from testbed.schedule.registry import SCHEDULES, schedule_problems
 
@@ -129,6 +129,22 @@ class Remote(Strict):
                                description="round trips per host; the fastest gives the offset")
 
 
+def stage_forward_ms(w: Workload) -> float | None:
+    """One stage's forward time per microbatch in ms, the TF of delays such as '2xTF':
+    ``forward_ms``, or virtual stage 0's FLOPs / (peak × mfu) on the device; None when unknown."""
+    c = w.compute
+    if c.forward_ms is not None:
+        return c.forward_ms
+    if c.device is None:
+        return None
+    from testbed.train import model as M  # imports torch: only for device-derived times
+
+    if c.device not in M.PEAK_FLOPS:
+        return None
+    flops = M.forward_flops(w.model, 0, w.parallel.pp * w.chunks, w.microbatch_size)
+    return flops / (M.PEAK_FLOPS[c.device] * c.mfu) * 1000
+
+
 class Experiment(Strict):
     """One experiment file. ``matrix`` is expanded into cells; each cell is this file with the
     cell's values set at their dotted paths."""
@@ -146,6 +162,23 @@ class Experiment(Strict):
     timeout_s: float = Field(600, gt=0, description="per cell; workers are killed after it")
     measure_links: bool = Field(True, description="measure RTT and rate of every inter-DC link")
     remote: Remote | None = Field(None, description="lab hosts, for backend: remote")
+
+    def link_overrides(self) -> list[tuple[Loc, LinkProfile]]:
+        """The profiles of ``links`` that are given, with their place in the file."""
+        lk = self.links
+        out = [(("links", k), p) for k, p in (("inter_dc", lk.inter_dc), ("intra_dc", lk.intra_dc))
+               if p is not None]
+        return out + [(("links", "per_link", k), p) for k, p in lk.per_link.items()]
+
+    @model_validator(mode="after")
+    def _resolve_relative_delays(self) -> "Experiment":
+        # '2xTF' → 2 × one stage's forward time, per cell; what cannot be resolved stays and
+        # cross_checks reports it
+        for _, p in self.link_overrides():
+            tf = stage_forward_ms(self.workload) if p.relative_delay_tf is not None else None
+            if tf is not None and p.relative_delay_tf * tf <= MAX_DELAY_MS:
+                p.delay_ms = p.relative_delay_tf * tf
+        return self
 
 
 # ---------------------------------------------------------------- positioned YAML
@@ -519,6 +552,13 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
     if exp.backend == "remote" and exp.remote is None:
         out.append((("backend",), "backend remote needs a remote section naming the lab's "
                                   "inventory: remote: {inventory: lab.ini}"))
+    for loc, p in exp.link_overrides():
+        if p.relative_delay_tf is not None:
+            tf = stage_forward_ms(w)
+            out.append((loc + ("delay_ms",), f"{p.delay_ms!r} needs one stage's forward time: "
+                        "set workload.compute.forward_ms (or a device)" if tf is None else
+                        f"{p.delay_ms!r} is {p.relative_delay_tf * tf:g} ms, above "
+                        f"{MAX_DELAY_MS} ms"))
     names = {f"{lk.a}-{lk.b}" for lk in exp.topology.resolved_links()}
     for key in exp.links.per_link:
         if key not in names:

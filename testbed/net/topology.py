@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import heapq
 import ipaddress
+import re
 from enum import Enum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationInfo, field_validator,
+                      model_validator)
+from pydantic_core import PydanticCustomError
 
 # Fiber propagation, one way: about 5 µs per km.
 FIBER_MS_PER_KM = 0.005
@@ -27,6 +30,9 @@ DC_NAME_PATTERN = r"^[a-z][a-z0-9]*$"
 # Smallest default queue: room for a few 64 KB GSO packets even on slow, short links.
 MIN_QUEUE_BYTES = 256 * 1024
 TRANSIT_NET = ipaddress.ip_network("10.255.0.0/16")
+MAX_DELAY_MS = 10_000
+# A delay relative to compute, "<factor>xTF": factor × one stage's forward time (CrossPipe).
+RELATIVE_DELAY = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*x\s*TF\s*$")
 
 
 class Strict(BaseModel):
@@ -76,7 +82,8 @@ class LinkProfile(Strict):
     """What one direction of a link does to packets. Unset fields inherit (see ``merged``)."""
 
     preset: Literal["dc-otn", "wan"] | None = Field(None, description="defaults for unset fields")
-    delay_ms: float | None = Field(None, ge=0, le=10_000, description="one-way delay, ms")
+    delay_ms: float | str | None = Field(
+        None, description="one-way delay, ms")  # or, in an experiment's links, "2xTF"
     distance_km: float | None = Field(None, ge=0, le=40_000, description="fiber length; 5 µs/km")
     jitter_ms: float = Field(0.0, ge=0, le=10_000, description="delay variation, ms")
     jitter_distribution: JitterDistribution = JitterDistribution.normal
@@ -86,6 +93,32 @@ class LinkProfile(Strict):
     rate_mbit: float | None = Field(None, gt=0, le=400_000,
                                      description="rate limit, Mbit/s; omit for unshaped")
     queue: Queue | None = Field(None, description="default: one bandwidth-delay product")
+
+    @field_validator("delay_ms")
+    @classmethod
+    def _delay(cls, v: float | str | None) -> float | str | None:
+        if isinstance(v, str):
+            m = RELATIVE_DELAY.match(v)
+            if m:
+                return f"{float(m.group(1)):g}xTF"
+            try:
+                v = float(v)  # a number as text (CSV link traces)
+            except ValueError:
+                raise ValueError(f"not a delay: {v!r} (give ms, or a multiple of one stage's "
+                                 "forward time such as '2xTF')") from None
+        if v is not None and v < 0:
+            raise PydanticCustomError("greater_than_equal",
+                                      "Input should be greater than or equal to {ge}", {"ge": 0})
+        if v is not None and v > MAX_DELAY_MS:
+            raise PydanticCustomError("less_than_equal",
+                                      "Input should be less than or equal to {le}",
+                                      {"le": MAX_DELAY_MS})
+        return v
+
+    @property
+    def relative_delay_tf(self) -> float | None:
+        """The factor of a delay given as a multiple of the forward time ('2xTF' → 2.0)."""
+        return float(self.delay_ms[:-3]) if isinstance(self.delay_ms, str) else None
 
     @model_validator(mode="after")
     def _consistent(self) -> "LinkProfile":
@@ -117,6 +150,9 @@ class LinkProfile(Strict):
     @property
     def one_way_delay_ms(self) -> float:
         """The one-way delay in ms: delay_ms, or distance_km × 5 µs, or 0."""
+        if isinstance(self.delay_ms, str):
+            raise ValueError(f"delay {self.delay_ms!r} is relative to compute and was not "
+                             "resolved (testbed.spec resolves it per cell)")
         if self.delay_ms is not None:
             return self.delay_ms
         if self.distance_km is not None:
@@ -211,7 +247,17 @@ class Topology(Strict):
 
     def problems(self) -> list[tuple[tuple, str]]:
         """Checks across DCs and links; (location in the file, message) pairs, empty if fine."""
-        return self._dc_problems() + self._link_problems()
+        return self._dc_problems() + self._link_problems() + self._relative_delay_problems()
+
+    def _relative_delay_problems(self) -> list[tuple[tuple, str]]:
+        profiles: list[tuple[tuple, LinkProfile | None]] = [(("inter_dc",), self.inter_dc)]
+        profiles += [(("dcs", i, "intra"), dc.intra) for i, dc in enumerate(self.dcs)]
+        for i, lk in enumerate(self.links or []):
+            profiles += [(("links", i), lk), (("links", i, "reverse"), lk.reverse)]
+            profiles += [(("links", i, "steps", j), st) for j, st in enumerate(lk.steps)]
+        return [(loc + ("delay_ms",), f"{p.delay_ms!r} is relative to one stage's forward time, "
+                 "which a topology does not know: give it in the experiment's links: section")
+                for loc, p in profiles if p is not None and p.relative_delay_tf is not None]
 
     def _dc_problems(self) -> list[tuple[tuple, str]]:
         out, seen = [], set()
