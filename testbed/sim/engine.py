@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from testbed.schedule.ir import Action, Kind, Schedule
 from testbed.sim import calibration as C
@@ -49,20 +50,21 @@ class Path:
 UNSHAPED = Path((), None, 0.0)
 
 
-@dataclass(frozen=True)
-class StageTimes:
-    """Emulated compute times of one virtual stage, seconds per microbatch."""
+class StageTimes(Protocol):
+    """Emulated compute times of one virtual stage, seconds per microbatch (the executor's
+    ``testbed.train.executor.ComputeTimes`` is one): F, B, W, and I = B − W."""
 
     f: float
     b: float
     w: float
 
     @property
-    def i(self) -> float:
-        return self.b - self.w
+    def i(self) -> float: ...
 
-    def of(self, kind: Kind) -> float:
-        return {Kind.F: self.f, Kind.B: self.b, Kind.I: self.i, Kind.W: self.w}[kind]
+
+def duration(t: StageTimes, kind: Kind) -> float:
+    """The emulated time of a compute action of ``kind``."""
+    return {Kind.F: t.f, Kind.B: t.b, Kind.I: t.i, Kind.W: t.w}[kind]
 
 
 @dataclass
@@ -181,7 +183,7 @@ class _Run:
             return
         a = acts[self.pos[r]]
         if a.kind.is_compute:
-            dur = self.inp.times[a.stage].of(a.kind) + C.SLEEP_OVERSHOOT_S
+            dur = duration(self.inp.times[a.stage], a.kind) + C.SLEEP_OVERSHOOT_S
             self._advance(r, a, t, t + dur, "compute")
             self.memory.update(r, a, t + dur)
         elif a.kind in (Kind.SEND_F, Kind.SEND_B):

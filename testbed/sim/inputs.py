@@ -68,11 +68,7 @@ def stage_times(exp: Experiment) -> list[StageTimes]:
 
     w = exp.workload
     n = w.parallel.pp * w.chunks
-    out = []
-    for s in range(n):
-        t = ComputeTimes.from_workload(w, s, n)
-        out.append(StageTimes(t.f, t.b, t.w))
-    return out
+    return [ComputeTimes.from_workload(w, s, n) for s in range(n)]
 
 
 def _bytes_factor(exp: Experiment) -> float:

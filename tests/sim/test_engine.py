@@ -10,8 +10,9 @@ from testbed.schedule.generators import generate
 from testbed.schedule.lower import lower, timeline
 from testbed.schedule.registry import SCHEDULES
 from testbed.sim import calibration
-from testbed.sim.engine import Path, SimInput, StageTimes, simulate
+from testbed.sim.engine import Path, SimInput, simulate
 from testbed.spec import Workload
+from testbed.train.executor import ComputeTimes
 
 F, B = 0.010, 0.020  # seconds
 
@@ -28,7 +29,7 @@ def no_overheads(monkeypatch):
 def sim(name: str, pp: int, m: int, chunks: int = 1, delay_s: float = 0.0,
         rate_bps: float | None = None, nbytes: int = 1000, w: float | None = None):
     s = lower(generate(name, pp, m, chunks))
-    times = [StageTimes(F, B, B / 2 if w is None else w)] * s.n_stages
+    times = [ComputeTimes(F, B, B / 2 if w is None else w)] * s.n_stages
     paths = {(a, b): Path((f"{a}->{b}",) if rate_bps else (), rate_bps, delay_s)
              for a in range(pp) for b in range(pp) if a != b}
     return simulate(SimInput(s, times, nbytes, 1, paths))
@@ -79,7 +80,7 @@ def test_replicas_sharing_a_link_direction_queue_behind_each_other(no_overheads)
     nbytes, ser = 10_000, 2 * F
     rate = nbytes * calibration.WIRE_BYTES_PER_PAYLOAD_BYTE * 8 / ser
     s = lower(generate("gpipe", 2, 4, 1))
-    times = [StageTimes(F, B, B / 2)] * 2
+    times = [ComputeTimes(F, B, B / 2)] * 2
 
     def forward_starts(shared: bool) -> list[float]:
         paths = {}
