@@ -10,8 +10,8 @@ Record types (field ``type``):
   host, torch_version, clock ("monotonic").
 - ``iter``: iter (0-based), warmup (bool), t0, t1 (iteration start/end on this rank), loss
   (float or null; real compute on the last stage only).
-- ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/OPT), stage, mb
-  (microbatch or null), t0, t1, cat ("compute" | "comm" | "wait"), bytes (payload bytes, 0 for
+- ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/OPT; waits are
+  RECV_F/RECV_B/SEND_WAIT/ALLREDUCE_WAIT/P2P_WAIT), stage, mb (microbatch or null), t0, t1, cat ("compute" | "comm" | "wait"), bytes (payload bytes, 0 for
   compute), peer (global rank or null). For compute, t0..t1 is pure compute; a ``wait`` record
   is time blocked on communication (e.g. waiting for an activation to arrive).
 - ``end``: status ("ok" | "error"), error (message or null), t (ns).

@@ -110,10 +110,16 @@ class Executor:
         else:
             self.times = {s: ComputeTimes.from_workload(w, s, self.n_stages) for s in self.stages}
             self.act = torch.randn(self.shape)
-            numel = sum(M.stage_params(w.model, s, self.n_stages) for s in self.stages)
-            # gradients of the true size (× bytes_scale) for the DP all-reduce
-            self.grad_buffer = torch.zeros(max(1, int(numel * self._bytes_factor()))
-                                           if ctx.dp > 1 else 1)
+            # gradients of each stage's true size (× bytes_scale) for the DP all-reduce
+            self.grad_buffers = {s: torch.zeros(max(1, int(
+                M.stage_params(w.model, s, self.n_stages) * self._bytes_factor()))
+                if ctx.dp > 1 else 1) for s in self.stages}
+        # a stage's gradients are complete after its last B (or W): its DP all-reduce starts
+        # there, overlapping whatever this rank still has to do (the other chunk's cool-down)
+        self.grads_done_at = {}
+        for i, a in enumerate(self.actions):
+            if a.kind in (Kind.B, Kind.W):
+                self.grads_done_at[a.stage] = i
 
     def _bytes_factor(self) -> float:
         """Emulated tensors are float32; bfloat16 halves the bytes, bytes_scale shrinks them."""
@@ -136,13 +142,16 @@ class Executor:
         st = StageState()
         recvs = self._post_receives()
         sends: list[Any] = []
-        for a in self.actions:
+        reducing = []
+        for i, a in enumerate(self.actions):
             self._do(it, a, st, recvs, sends)
+            if self.ctx.dp > 1 and self.grads_done_at.get(a.stage) == i:
+                reducing.append(self._start_allreduce(it, a.stage))
         t0 = ns()
         for work in sends:
             work.wait()
         self.tr.action(it, "SEND_WAIT", None, None, t0, ns(), "wait")
-        self._data_parallel(it)
+        self._data_parallel(it, reducing)
         return sum(st.losses) / len(st.losses) if st.losses else None
 
     def _post_receives(self) -> dict[tuple[Kind, int, int], tuple[Any, torch.Tensor]]:
@@ -251,28 +260,42 @@ class Executor:
         st.outputs[key] = out
 
     # ------------------------------------------------------------------ DP and optimizer
-    def _data_parallel(self, it: int) -> None:
+    def _start_allreduce(self, it: int, stage: int) -> tuple[int, Any, torch.Tensor]:
+        """Start the asynchronous DP all-reduce of one stage's gradients."""
+        if self.real:
+            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                              for p in self.modules[stage].parameters()])
+        else:
+            flat = self.grad_buffers[stage]
+        t0 = ns()
+        work = dist.all_reduce(flat, group=self.dp_group, async_op=True)
+        self.tr.action(it, "ALLREDUCE", stage, None, t0, ns(), "comm",
+                       flat.numel() * flat.element_size(), None)
+        return stage, work, flat
+
+    def _data_parallel(self, it: int, reducing: list | None = None) -> None:
+        """Finish the DP all-reduces (starting those not started yet), then the optimizer
+        step. The wait is what the all-reduce did not overlap."""
         if self.ctx.dp > 1:
-            if self.real:
-                flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                                  for p in self.params])
-            else:
-                flat = self.grad_buffer
+            if reducing is None:
+                reducing = [self._start_allreduce(it, s) for s in self.stages]
             t0 = ns()
-            dist.all_reduce(flat, group=self.dp_group)
-            self.tr.action(it, "ALLREDUCE", None, None, t0, ns(), "comm",
-                           flat.numel() * flat.element_size(), None)
+            for _, work, _ in reducing:
+                work.wait()
+            self.tr.action(it, "ALLREDUCE_WAIT", None, None, t0, ns(), "wait")
             if self.real:
-                self._unflatten(flat / self.ctx.dp)
+                for stage, _, flat in reducing:
+                    self._unflatten(self.modules[stage].parameters(), flat / self.ctx.dp)
         if self.real:
             t0 = ns()
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
             self.tr.action(it, "OPT", None, None, t0, ns(), "compute")
 
-    def _unflatten(self, flat: torch.Tensor) -> None:
+    @staticmethod
+    def _unflatten(params, flat: torch.Tensor) -> None:
         off = 0
-        for p in self.params:
+        for p in params:
             n = p.numel()
             p.grad = flat[off:off + n].view_as(p).clone()
             off += n

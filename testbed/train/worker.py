@@ -102,7 +102,10 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         raise WorkerFailure(f"rank {rank} is not in the cell's placement")
     torch.set_num_threads(1)  # ranks share a few cores; threads would only fight
     timeout = float(os.environ.get("TESTBED_TIMEOUT_S", DEFAULT_TIMEOUT_S))
-    dist.init_process_group("gloo", rank=rank, world_size=world,
+    # gloo carries CPU tensors; with CUDA present NCCL is registered for CUDA tensors too
+    # (this project's tensors stay on the CPU: GPU placement is not built, see the README)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))
     try:
         pp, dp = w.parallel.pp, w.parallel.dp

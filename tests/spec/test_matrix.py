@@ -81,3 +81,12 @@ def test_link_overrides_merge_over_topology(tmp_path):
     (link,) = le.experiment.topology.resolved_links(le.experiment.links.inter_dc)
     assert link.a_to_b.delay_ms == 25
     assert link.a_to_b.rate_mbit == 1000  # from the topology file, untouched
+
+
+def test_published_quickstart_cell_ids_do_not_change():
+    # The README and results/quickstart-example quote these ids, and `run --resume` matches
+    # finished cells by id: a new field with a default must not change them.
+    root = Path(__file__).resolve().parents[2]
+    le = load_experiment(root / "experiments" / "quickstart.yaml")
+    assert [c.cell_id for c in le.cells] == ["c53e09ed1", "cc59eb88a", "cfe65ad40",
+                                             "c1f8747b1", "cf5473625", "c3dfa41f0"]

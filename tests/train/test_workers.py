@@ -94,6 +94,29 @@ def test_every_schedule_runs_and_trains_the_same_model(tmp_path, schedule, execu
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("executor", ["ir", "torch"])
+def test_data_parallel_replicas_average_to_the_single_replica_model(tmp_path, executor):
+    # Both replicas see the same batch, so the averaged gradients, and therefore the losses,
+    # equal one replica's: a missing, doubled or misrouted all-reduce shows. With two chunks
+    # per rank, a stage's all-reduce starts as soon as its gradients are complete.
+    w = workload(schedule="zbv", chunks=2, executor=executor, parallel=Parallel(pp=2, dp=2))
+    run_local(w, tmp_path, timeout_s=180)
+    got = losses(tmp_path)
+    ref = workload(schedule="zbv", chunks=2)
+    run_local(ref, tmp_path / "ref", timeout_s=120)
+    assert got == pytest.approx(losses(tmp_path / "ref"), rel=1e-5)
+    traces = load_traces(tmp_path)
+    started = {(rank, r["stage"]): r["t0"] for rank, recs in traces.items() for r in recs
+               if r["type"] == "action" and r["kind"] == "ALLREDUCE" and r["iter"] == 1}
+    assert len(started) == 8, started  # 4 ranks × 2 stages each
+    if executor == "ir":  # some stage's all-reduce overlaps the rank's remaining compute
+        last_compute = {rank: max(r["t1"] for r in recs if r["type"] == "action"
+                                  and r["cat"] == "compute" and r["iter"] == 1)
+                        for rank, recs in traces.items()}
+        assert any(t0 < last_compute[rank] for (rank, _), t0 in started.items()), started
+
+
+@pytest.mark.slow
 def test_emulated_torch_executor_sends_true_shapes_and_sleeps(tmp_path):
     w = workload(schedule="1f1b", executor="torch", compute=Compute(forward_ms=10,
                                                                     backward_ms=20))
