@@ -36,6 +36,11 @@ def local_versions() -> dict[str, str]:
             "python": platform.python_version()}
 
 
+def _public(version: str | None) -> str | None:
+    """A version without its local label: torch 2.13.0+cpu and 2.13.0 are the same release."""
+    return version.split("+", 1)[0] if version else version
+
+
 def resolve_path(ref: str, base: Path) -> Path:
     """``ref`` with ``~`` expanded, relative to ``base`` (the experiment file's directory)."""
     p = Path(ref).expanduser()
@@ -93,7 +98,7 @@ class Lab:
         bad = {}
         for name, got in self.versions.items():
             diff = [f"{k} {got.get(k)} (controller {v})" for k, v in want.items()
-                    if k != "python" and got.get(k) != v]
+                    if k != "python" and _public(got.get(k)) != _public(v)]
             if diff:
                 bad[name] = ", ".join(diff) + "; run the Ansible playbook (roles pyenv, deploy)"
         if bad:

@@ -1,0 +1,76 @@
+"""The Ansible playbook for real, against stand-in lab hosts (sshd in namespaces).
+
+The stand-ins share this machine's filesystem, packages and init system, so only the roles
+that touch nothing outside their own directory run for real: ``pyenv`` (a virtualenv with
+torch, from this machine's local wheel) into a temporary ``testbed_home``, on one host (on the
+others it would write the same directory). ``deploy`` also stays in its directory, but its
+``pip install`` of testbed's dependencies needs the package registry, which the stand-in
+namespaces have no route to: it runs in check mode. ``common`` (apt), ``nettune``
+(/etc/sysctl.d), ``timesync`` (chrony, a service) and ``sshaccess`` (a user, sudoers,
+sshd_config) would change this machine itself: check mode on every host. A second real run
+must report no changes (idempotence).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.remote, pytest.mark.slow]
+ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
+BIN = Path(sys.executable).parent
+REAL_TAGS = "pyenv"
+CHECK_TAGS = "common,nettune,timesync,sshaccess,deploy"
+
+
+def playbook(inventory: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"), NO_COLOR="1",
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_LOCAL_TEMP=str(inventory.parent / "ansible-tmp"))
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), "site.yml",
+                           *args], cwd=ANSIBLE, capture_output=True, text=True, env=env,
+                          timeout=900, check=False)
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP lines as {host: {ok, changed, failed, …}}."""
+    rows = {}
+    for m in re.finditer(r"^(\S+)\s+:\s+(.*)$", out, re.M):
+        counts = dict(re.findall(r"(\w+)=(\d+)", m.group(2)))
+        if "changed" in counts:
+            rows[m.group(1)] = {k: int(v) for k, v in counts.items()}
+    return rows
+
+
+@pytest.fixture
+def ansible_inventory(lab, known_hosts, tmp_path):
+    return lab.inventory(tmp_path / "inventory.ini", extra_vars=(
+        f'ansible_ssh_common_args="-o UserKnownHostsFile={known_hosts} '
+        '-o StrictHostKeyChecking=yes"\nansible_python_interpreter=/usr/bin/python3'))
+
+
+def test_pyenv_installs_for_real_and_a_second_run_changes_nothing(
+        ansible_inventory, tmp_path):
+    home = tmp_path / "testbed-home"
+    args = ("--tags", REAL_TAGS, "--limit", "dc1-0", "-e", f"testbed_home={home}")
+    first = playbook(ansible_inventory, *args)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    assert recap(first.stdout)["dc1-0"]["changed"] > 0
+    py = home / ".venv" / "bin" / "python"
+    out = subprocess.run([str(py), "-c", "import torch; print(torch.__version__)"],
+                         capture_output=True, text=True, check=False)
+    assert out.stdout.strip().split("+")[0] == "2.13.0", out.stderr  # "+cpu": a local label
+    second = playbook(ansible_inventory, *args)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    assert recap(second.stdout)["dc1-0"]["changed"] == 0, second.stdout[-3000:]
+
+
+def test_system_roles_pass_in_check_mode_on_every_host(ansible_inventory):
+    r = playbook(ansible_inventory, "--check", "--tags", CHECK_TAGS)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    rows = recap(r.stdout)
+    assert sorted(rows) == ["dc1-0", "dc1-1", "dc2-0", "dc2-1"]
+    assert all(row["failed"] == 0 and row["unreachable"] == 0 for row in rows.values())
