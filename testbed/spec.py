@@ -734,15 +734,19 @@ def _make_cell(src: Source, topo: Topology, params: dict, index: int,
 
 # Fields added after cell ids were first published: hashed only when set, so that adding a
 # field does not change the id of every existing cell (and `run --resume` keeps working).
-ID_OPTIONAL_FIELDS = ("remote",)
+ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic"}
 
 
 def cell_id(exp: Experiment) -> str:
     """A stable id from the resolved settings: same settings, same id, on any machine."""
     resolved = exp.model_dump(mode="json", exclude={"matrix", "repeat", "description"})
-    for name in ID_OPTIONAL_FIELDS:
-        if resolved.get(name) == Experiment.model_fields[name].default:
-            resolved.pop(name, None)
+    for path, default in ID_OPTIONAL_FIELDS.items():
+        *parents, name = path.split(".")
+        d = resolved
+        for p in parents:
+            d = d.get(p) or {}
+        if name in d and d[name] == default:
+            del d[name]
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
     return f"c{digest[:8]}"
 

@@ -234,6 +234,10 @@ class Topology(Strict):
         256, ge=0.0625, le=4096,
         description="per-socket TCP buffer limit in every host, MiB (tcp_rmem/tcp_wmem max): "
                     "one connection moves at most about this much per RTT")
+    tcp_congestion_control: Literal["cubic", "reno", "bbr"] = Field(
+        "cubic", description="TCP congestion control of every host, set explicitly so results "
+                             "do not depend on the machine's default; bbr paces the bursts of "
+                             "an application-limited sender, which delays pipeline transfers")
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> "Topology":

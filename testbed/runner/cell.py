@@ -56,6 +56,7 @@ class CellRunner:
     def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
         """Run one cell × repeat; always returns its row (status ok or failed)."""
         row = self._base_row(cell, repeat)
+        row.update(_prediction(cell))
         cell_dir = self.store.cell_dir(cell.cell_id, repeat)
         t0 = time.monotonic()
         try:
@@ -127,6 +128,22 @@ class CellRunner:
                                          stderr=logf)
             stack.callback(netops.stop_process, procs[slot.rank])
         return procs
+
+
+PREDICTED = ("predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_exposed_comm_s",
+             "predicted_peak_inflight")
+
+
+def _prediction(cell: Cell) -> dict[str, Any]:
+    """The simulator's prediction for the cell (written beside what is measured); empty when
+    the cell cannot be simulated (e.g. real compute without modelled times)."""
+    from testbed.sim import predict
+    try:
+        got = predict(cell.experiment)
+    except TestbedError as e:
+        log.info("cell %s: no prediction: %s", cell.cell_id, e)
+        return {}
+    return {k: got[k] for k in PREDICTED if k in got}
 
 
 def _write_cell_json(cell: Cell, repeat: int, run_id: str, slots: list[Slot],

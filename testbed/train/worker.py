@@ -125,10 +125,12 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         else:
             ex = Executor(ctx, w, tracer, groups[ctx.pp_rank])
         fault = _injected_fault(rank, cell.get("cell_id", ""))
+        margin_ns = _start_margin_ns()
+        late = 0
         for it in range(w.iterations):
             if it == fault:
                 raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
-            dist.barrier()
+            late += _start_together(margin_ns)
             if alternate:
                 tracer.actions = it % 2 == 0
             t0 = time.monotonic_ns()
@@ -137,6 +139,7 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
                           t1=time.monotonic_ns(), loss=loss)
             tracer.flush()
         dist.barrier()
+        tracer.record(type="start_sync", margin_ms=margin_ns / 1e6, late_starts=late)
     except BaseException as e:
         # when it failed, before tearing the group down: the runner names the rank whose
         # failure came first, not the peers that lost their connection to it
@@ -144,6 +147,38 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         raise
     finally:
         dist.destroy_process_group()
+
+
+def _start_margin_ns() -> int:
+    """How far ahead rank 0 must set the common start so every rank hears of it in time:
+    twice the slowest of a few timed barriers (they cross the slowest link) plus 2 ms."""
+    import torch
+    import torch.distributed as dist
+    worst = 0
+    for _ in range(3):
+        t0 = time.monotonic_ns()
+        dist.barrier()
+        worst = max(worst, time.monotonic_ns() - t0)
+    x = torch.tensor([worst], dtype=torch.int64)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    return int(x.item()) * 2 + 2_000_000
+
+
+def _start_together(margin_ns: int) -> int:
+    """Start the iteration on every rank at the same instant. A barrier alone releases ranks
+    up to two one-way delays apart across a slow link, and the late ones would count as
+    pipeline bubble; so after it rank 0 names a start time ``margin_ns`` ahead (wall clock:
+    shared by the namespaces of one machine, NTP-synchronised across lab hosts) and everyone
+    sleeps until then. Returns 1 if this rank heard of it too late (the start is skewed)."""
+    import torch
+    import torch.distributed as dist
+    dist.barrier()
+    start = torch.tensor([time.time_ns() + margin_ns], dtype=torch.int64)
+    dist.broadcast(start, src=0)
+    wait = (int(start.item()) - time.time_ns()) / 1e9
+    if wait > 0:
+        time.sleep(wait)
+    return int(wait < 0)
 
 
 def _injected_fault(rank: int, cell_id: str) -> int | None:

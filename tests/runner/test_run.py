@@ -57,6 +57,10 @@ def test_sweep_writes_the_csv_contract_plots_and_traces(tmp_path):
     by_delay = df.set_index("links.inter_dc.delay_ms")["iteration_time_s"]
     # 1F1B on 2 stages pays the boundary delay at least twice per iteration (fill and drain)
     assert by_delay[20] - by_delay[0] > 2 * 0.020, by_delay.to_dict()
+    # the simulator's prediction sits beside every measurement (loose: a busy 2-core machine)
+    ratio = df["predicted_iteration_time_s"] / df["iteration_time_s"]
+    assert ratio.between(0.75, 1.1).all(), df[["iteration_time_s",
+                                               "predicted_iteration_time_s"]].to_dict()
     for cell in df["cell_id"]:
         assert (d / "cells" / cell / "trace.json").stat().st_size > 0
     assert {p.name for p in (d / "plots").iterdir()} >= {"bubble_vs_delay.png", "timeline.png"}

@@ -45,13 +45,13 @@ from testbed.errors import CommandError, MachineError, NetworkError
 from testbed.net import ledger as ledgers
 from testbed.net.backends.base import LinkEnd, Network, Node
 from testbed.net.ledger import Ledger
+from testbed.net.tcp import allow_congestion_control, host_sysctls
 from testbed.net.topology import IFNAMSIZ, ResolvedLink, Topology
 
 log = logging.getLogger(__name__)
 
 HOST_IFACE = "eth0"
 ROUTER_IFACE = "eth0"
-BYTES_PER_MB = 1 << 20
 # Mininet runs ifconfig and brctl itself (its own setup() would exit(1) without them).
 REQUIRED_TOOLS = ("mnexec", "ifconfig", "brctl", "ip", "sysctl")
 SHELL_MARK = b"mininet:tb"  # argv of every shell this backend starts: "... -is mininet:<tag>-…"
@@ -225,6 +225,7 @@ class MininetBackend:
         check_machine()
         check_bridge_firewall()
         check_names(topology, ledger.tag)
+        allow_congestion_control(topology.tcp_congestion_control)
         net = Network(topology=topology, links=links, ledger=ledger, backend=self)
         ledger.backend = self.name
         ledger.save()
@@ -311,10 +312,8 @@ class MininetBackend:
         h = self._node(net, parts, f"{net.tag}-{dc}-{j}")
         self._attach(net, h, sw, switch_port(net.tag, i, j), HOST_IFACE,
                      topo.host_ip(dc, j), topo.subnet(dc).prefixlen)
-        buf = str(int(topo.tcp_buffer_max_mb * BYTES_PER_MB))
         _cmd(h, ["ip", "route", "add", "default", "via", str(topo.router_ip(dc))])
-        _cmd(h, ["sysctl", "-q", "-w", f"net.ipv4.tcp_rmem=4096 131072 {buf}",
-                 f"net.ipv4.tcp_wmem=4096 16384 {buf}"])
+        _cmd(h, ["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in host_sysctls(topo).items())])
         net.hosts[(dc, j)] = Node(name=f"{dc}-{j}", dc=dc, ns=str(h.pid), ip=topo.host_ip(dc, j),
                                   iface=HOST_IFACE, index=j)
 

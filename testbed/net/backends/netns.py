@@ -22,13 +22,13 @@ from testbed.errors import NetworkError
 from testbed.net import ledger as ledgers
 from testbed.net.backends.base import LinkEnd, Network, Node
 from testbed.net.ledger import Ledger
+from testbed.net.tcp import allow_congestion_control, host_sysctls
 from testbed.net.topology import ResolvedLink, Topology
 
 log = logging.getLogger(__name__)
 
 BRIDGE = "br0"
 HOST_IFACE = "eth0"
-BYTES_PER_MB = 1 << 20
 
 
 def router_ns(tag: str, dc: str) -> str:
@@ -79,6 +79,7 @@ class NetnsBackend:
     def build(self, topology: Topology, links: list[ResolvedLink], ledger: Ledger) -> Network:
         """Create every namespace, bridge, veth, address and route; on any failure, remove
         what was made and raise NetworkError."""
+        allow_congestion_control(topology.tcp_congestion_control)
         net = Network(topology=topology, links=links, ledger=ledger, backend=self)
         ledger.backend = self.name
         ledger.save()
@@ -146,9 +147,7 @@ class NetnsBackend:
             rns.link("set", index=_index(rns, port), master=_index(rns, BRIDGE), state="up")
         finally:
             rns.close()
-        buf = str(int(topo.tcp_buffer_max_mb * BYTES_PER_MB))
-        _sysctl(name, {"net.ipv4.tcp_rmem": f"4096 131072 {buf}",
-                       "net.ipv4.tcp_wmem": f"4096 16384 {buf}"})
+        _sysctl(name, host_sysctls(topo))
         net.hosts[(dc, j)] = Node(name=f"{dc}-{j}", dc=dc, ns=name, ip=topo.host_ip(dc, j),
                                   iface=HOST_IFACE, index=j)
 
