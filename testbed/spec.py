@@ -66,11 +66,13 @@ class Compute(Strict):
     backward_ms: float | None = Field(None, gt=0, le=600_000, description="full backward B")
     weight_ms: float | None = Field(None, gt=0, le=600_000,
                                     description="W part of B for split schedules (default B/2)")
-    device: Literal["a100", "h100", "cpu"] | None = Field(
+    device: Literal["a100", "h100"] | None = Field(
         None, description="emulated times from FLOPs / (peak × mfu) instead of forward_ms")
     mfu: float = Field(0.4, gt=0, le=1)
     bytes_scale: float = Field(1.0, gt=0, le=1,
-                               description="shrink activations (and link rates) by this factor")
+                               description="shrink activation and gradient tensors by this "
+                                           "factor; link rates are not changed: give them as "
+                                           "real rate × bytes_scale to keep serialization times")
     dtype: Literal["float32", "bfloat16"] = "float32"
 
     @model_validator(mode="after")

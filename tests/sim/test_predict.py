@@ -67,7 +67,7 @@ def test_relative_delay_from_device_times_is_the_executors_forward_time(tmp_path
 
 
 def test_relative_delay_without_a_forward_time_is_an_error(tmp_path):
-    path = write(tmp_path, delay='"2xTF"', compute="{device: cpu}")
+    path = write(tmp_path, delay='"2xTF"', compute="{mode: real}")
     with pytest.raises(SpecError, match="needs one stage's forward time"):
         load_experiment(path)
 
