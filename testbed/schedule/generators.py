@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from typing import Callable
 
+from testbed.schedule.crossdc import CROSS_DC_GENERATORS, CrossDCContext, generate_cross_dc
 from testbed.schedule.ir import Action, Kind, Schedule
 from testbed.schedule.registry import SCHEDULES
 
@@ -232,12 +233,17 @@ GENERATORS: dict[str, Generator] = {
 }
 
 
-def generate(name: str, pp: int, microbatches: int, chunks: int = 1) -> Schedule:
+def generate(name: str, pp: int, microbatches: int, chunks: int = 1,
+             context: CrossDCContext | None = None) -> Schedule:
     """The compute-only schedule ``name`` for ``pp`` ranks and ``microbatches`` microbatches.
 
+    ``context`` (links, compute times, memory limit) is used by the cross-DC schedules only
+    (``testbed.schedule.crossdc``), which raise ContextRequired (a ValueError) without it.
     Raises ValueError for an unknown name (listing the valid ones) and NotImplementedError for a
     registered schedule whose generator has not been written yet.
     """
+    if name in CROSS_DC_GENERATORS:
+        return generate_cross_dc(name, pp, microbatches, chunks, context)
     if name not in SCHEDULES:
         raise ValueError(f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")
     if name not in GENERATORS:
