@@ -97,6 +97,10 @@ class Workload(Strict):
     microbatches: int = Field(8, ge=1, le=4096)
     microbatch_size: int = Field(1, ge=1, le=4096)
     executor: Literal["ir", "torch"] = "ir"
+    connections: int = Field(1, ge=1, le=64,
+                             description="TCP connections per P2P transfer (ir executor): each "
+                                         "activation/gradient is split over this many, as Atlas "
+                                         "does on window-limited high-RTT links")
     compute: Compute = Field(default_factory=lambda: Compute(forward_ms=20, backward_ms=40))
     iterations: int = Field(6, ge=1, le=100_000, description="total, warm-up included")
     warmup: int = Field(1, ge=0)
@@ -106,6 +110,13 @@ class Workload(Strict):
     @property
     def world_size(self) -> int:
         return self.parallel.pp * self.parallel.dp
+
+    @model_validator(mode="after")
+    def _connections_need_ir(self) -> "Workload":
+        if self.connections > 1 and self.executor != "ir":
+            raise ValueError(f"connections={self.connections} needs executor: ir (the torch "
+                             "executor sends each tensor on one connection)")
+        return self
 
 
 class LinkOverrides(Strict):
@@ -736,7 +747,8 @@ def _make_cell(src: Source, topo: Topology, params: dict, index: int,
 
 # Fields added after cell ids were first published: hashed only when set, so that adding a
 # field does not change the id of every existing cell (and `run --resume` keeps working).
-ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic"}
+ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic",
+                      "workload.connections": 1}
 
 
 def cell_id(exp: Experiment) -> str:

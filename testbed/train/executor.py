@@ -24,6 +24,7 @@ from testbed.schedule.ir import Action, Kind, Schedule
 from testbed.spec import Workload
 from testbed.train import model as M
 from testbed.train.trace import Tracer
+from testbed.train.transport import Transport
 
 ns = time.monotonic_ns
 
@@ -93,8 +94,10 @@ class Executor:
     """Runs iterations of the rank's action list; real or emulated compute."""
 
     def __init__(self, ctx: RankContext, w: Workload, tracer: Tracer,
-                 dp_group: Any | None = None):
+                 dp_group: Any | None = None, transport: Transport | None = None):
         self.ctx, self.w, self.tr = ctx, w, tracer
+        # P2P sends/receives, split over workload.connections TCP connections (transport.py)
+        self.transport = transport or Transport()
         self.real = w.compute.mode == "real"
         self.n_stages = ctx.schedule.n_stages
         self.m = w.microbatches
@@ -164,7 +167,8 @@ class Executor:
             else:
                 continue
             buf = torch.empty(self.shape)
-            out[(a.kind, a.stage, a.microbatch)] = (dist.irecv(buf, src=peer, tag=tag), buf, peer)
+            out[(a.kind, a.stage, a.microbatch)] = (self.transport.irecv(buf, peer, tag), buf,
+                                                    peer)
         return out
 
     def _tag_f(self, boundary: int, mb: int) -> int:
@@ -191,7 +195,7 @@ class Executor:
                                                                                a.microbatch)
             t0 = ns()
             tensor = tensor.detach().contiguous()
-            sends.append(dist.isend(tensor, dst=peer, tag=tag))
+            sends.append(self.transport.isend(tensor, peer, tag))
             self.tr.action(it, a.kind.value, a.stage, a.microbatch, t0, ns(), "comm",
                            tensor.numel() * tensor.element_size(), peer)
         else:

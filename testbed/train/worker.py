@@ -110,12 +110,16 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
     try:
         pp, dp = w.parallel.pp, w.parallel.dp
         groups = [dist.new_group([d * pp + s for d in range(dp)]) for s in range(pp)]
+        # P2P transfers split over workload.connections TCP connections (one group each)
+        from testbed.train.transport import Transport, connection_groups
+        transport = Transport(connection_groups(w.connections))
         schedule = lower(generate(w.schedule, pp, w.microbatches, w.chunks))
         ctx = RankContext(rank, slot["pp_rank"], slot["dp_rank"], pp, dp, schedule)
         tracer.record(type="meta", rank=rank, world_size=world, pp_rank=ctx.pp_rank,
                       dp_rank=ctx.dp_rank, stages=schedule.stages_of(ctx.pp_rank),
                       schedule=w.schedule, executor=w.executor, compute_mode=w.compute.mode,
                       microbatches=w.microbatches, microbatch_size=w.microbatch_size,
+                      connections=w.connections,
                       seq_len=w.model.seq_len, host=socket.gethostname(),
                       torch_version=torch.__version__, clock="monotonic")
         if w.executor == "torch":
@@ -123,7 +127,7 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
             pipes = pipeline_groups(pp, dp)
             ex = TorchExecutor(ctx, w, tracer, groups[ctx.pp_rank], pipes[ctx.dp_rank])
         else:
-            ex = Executor(ctx, w, tracer, groups[ctx.pp_rank])
+            ex = Executor(ctx, w, tracer, groups[ctx.pp_rank], transport)
         fault = _injected_fault(rank, cell.get("cell_id", ""))
         margin_ns = _start_margin_ns()
         late = 0
