@@ -6,8 +6,11 @@ namespaces of one machine share CLOCK_MONOTONIC; across hosts the runner records
 Record types (field ``type``):
 
 - ``meta`` (first line): rank, world_size, pp_rank, dp_rank, stages (virtual stages owned),
-  schedule, compute_mode ("real" | "emulated"), microbatches, microbatch_size, seq_len,
-  host, torch_version, clock ("monotonic").
+  schedule, executor ("ir" | "torch"), compute_mode ("real" | "emulated"), microbatches,
+  microbatch_size, seq_len, connections (TCP connections per transfer), host, torch_version,
+  clock ("monotonic").
+- ``start_sync`` (last before ``end``): margin_ms (how far ahead rank 0 set each iteration's
+  common start), late_starts (iterations this rank heard of it too late).
 - ``iter``: iter (0-based), warmup (bool), t0, t1 (iteration start/end on this rank), loss
   (float or null; real compute on the last stage only).
 - ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/OPT; waits are
