@@ -20,6 +20,7 @@ from pathlib import Path
 
 from testbed.net import ledger as ledgers
 from testbed.net.ledger import Ledger
+from testbed.net.tcp import allow_congestion_control
 
 ROOT = Path(__file__).resolve().parents[2]
 SSHD = "/usr/sbin/sshd"
@@ -124,6 +125,12 @@ class StandInLab:
                      ["link", "set", "eth0", "up"],
                      ["route", "add", f"10.{self.octet}.0.0/16", "dev", "eth0"]):
             _ip("-n", ns, *argv)
+        # a provisioned lab host: the TCP settings ansible's nettune role applies (the same
+        # the emulated hosts get), not this machine's defaults (bbr here)
+        allow_congestion_control("cubic")
+        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
+                        "net.ipv4.tcp_congestion_control=cubic",
+                        "net.ipv4.tcp_slow_start_after_idle=0"], check=True)
         d = self.workdir / ns
         d.mkdir()
         host = StandIn(f"{dc}-{j}", dc, j, ns, ip, 24, keygen(d / "hostkey"))
