@@ -109,14 +109,9 @@ def geopipe(pp: int, m: int, chunks: int, ctx: CrossDCContext) -> Schedule:
     grow along the pipeline, so the order cannot deadlock. Raises ValueError for chunks ≠ 1."""
     _one_chunk("geopipe", chunks)
     cap = m if ctx.memory_limit is None else ctx.memory_limit - 1
-    actions = []
-    for r in range(pp):
-        warm = max(0, min(pp - 1 - r + ctx.extra_inflight(r), cap, m))
-        acts = [Action(r, Kind.F, i) for i in range(warm)]
-        for i in range(m - warm):
-            acts += [Action(r, Kind.F, warm + i), Action(r, Kind.B, i)]
-        acts += [Action(r, Kind.B, i) for i in range(m - warm, m)]
-        actions.append(acts)
+    from testbed.schedule.generators import one_f_one_b_rank  # generators imports this module
+    actions = [one_f_one_b_rank(r, max(0, min(pp - 1 - r + ctx.extra_inflight(r), cap, m)), m)
+               for r in range(pp)]
     return Schedule("geopipe", pp, pp, m, list(range(pp)), actions)
 
 

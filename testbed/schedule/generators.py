@@ -28,15 +28,18 @@ def _one_f_one_b(pp: int, microbatches: int, chunks: int) -> Schedule:
     """PipeDream-Flush: rank r runs pp−1−r warm-up forwards, then alternates one forward and
     one backward, then drains the remaining backwards. Microbatches are numbered 0…m−1 on every
     rank (torch 2.13's exported order numbers the last rank 1…m; FACTS.md)."""
-    actions = []
-    for r in range(pp):
-        warm = min(pp - 1 - r, microbatches)
-        ranks = [Action(r, Kind.F, i) for i in range(warm)]
-        for i in range(microbatches - warm):
-            ranks += [Action(r, Kind.F, warm + i), Action(r, Kind.B, i)]
-        ranks += [Action(r, Kind.B, i) for i in range(microbatches - warm, microbatches)]
-        actions.append(ranks)
+    actions = [one_f_one_b_rank(r, min(pp - 1 - r, microbatches), microbatches)
+               for r in range(pp)]
     return Schedule("1f1b", pp, pp, microbatches, list(range(pp)), actions)
+
+
+def one_f_one_b_rank(stage: int, warm: int, microbatches: int) -> list[Action]:
+    """One rank of a 1F1B-shaped schedule: ``warm`` forwards, one forward one backward, then
+    the remaining backwards (GeoPipe-style schedules choose a larger ``warm``)."""
+    acts = [Action(stage, Kind.F, i) for i in range(warm)]
+    for i in range(microbatches - warm):
+        acts += [Action(stage, Kind.F, warm + i), Action(stage, Kind.B, i)]
+    return acts + [Action(stage, Kind.B, i) for i in range(microbatches - warm, microbatches)]
 
 
 class _RankOps:
