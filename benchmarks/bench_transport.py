@@ -24,8 +24,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from testbed.metrics import load_traces
-from testbed.train.transport import transfer_times
+from testbed.metrics import load_traces, transfer_times
 
 ROOT = Path(__file__).resolve().parents[1]
 CONNECTIONS = [1, 2, 4, 8]

@@ -123,3 +123,32 @@ def losses(cell_dir: Path) -> list[float]:
         if vals:
             return vals
     return []
+
+
+def transfer_times(traces: dict[int, list[dict]], measured_only: bool = True) -> list[dict]:
+    """Each P2P transfer of a run's traces (``testbed.metrics.load_traces``), from the sender's
+    SEND start to the receiver's RECV end: one-way delay plus serialization plus any queueing
+    behind earlier transfers. Valid where all ranks share one clock (the namespaces of one
+    machine). Rows: iter, kind (F or B), stage (receiving), mb, bytes, seconds."""
+    warm = {r["iter"] for recs in traces.values() for r in recs
+            if r.get("type") == "iter" and r.get("warmup")}
+    sends = {}
+    for rank, recs in traces.items():
+        for r in recs:
+            if r.get("type") == "action" and r["kind"] in ("SEND_F", "SEND_B"):
+                sends[(rank, r["iter"], r["kind"][-1], r["stage"], r["mb"])] = r
+    rows = []
+    for rank, recs in traces.items():
+        for r in recs:
+            if r.get("type") != "action" or r["kind"] not in ("RECV_F", "RECV_B"):
+                continue
+            if measured_only and r["iter"] in warm:
+                continue
+            d = r["kind"][-1]
+            src_stage = r["stage"] - 1 if d == "F" else r["stage"] + 1
+            s = sends.get((r["peer"], r["iter"], d, src_stage, r["mb"]))
+            if s is None:
+                continue
+            rows.append(dict(iter=r["iter"], kind=d, stage=r["stage"], mb=r["mb"],
+                             bytes=r["bytes"], seconds=(r["t1"] - s["t0"]) / 1e9))
+    return rows

@@ -176,6 +176,15 @@ class Experiment(Strict):
     measure_links: bool = Field(True, description="measure RTT and rate of every inter-DC link")
     remote: Remote | None = Field(None, description="lab hosts, for backend: remote")
 
+    def network_topology(self) -> Topology:
+        """The topology as built: ``links.intra_dc`` laid over every DC's host-link profile
+        (inter-DC overrides apply through ``Topology.resolved_links``)."""
+        over = self.links.intra_dc
+        if over is None:
+            return self.topology
+        dcs = [dc.model_copy(update={"intra": dc.intra.merged(over)}) for dc in self.topology.dcs]
+        return self.topology.model_copy(update={"dcs": dcs})
+
     def link_overrides(self) -> list[tuple[Loc, LinkProfile]]:
         """The profiles of ``links`` that are given, with their place in the file."""
         lk = self.links

@@ -126,7 +126,8 @@ class Lab:
         testbed.net.backends.remote.bring_up); undone when ``stack`` closes."""
         from testbed.net.backends.remote import bring_up
 
-        return bring_up(self, exp.remote.workdir, exp.topology, links, shaper, record_dir, stack)
+        return bring_up(self, exp.remote.workdir, exp.network_topology(), links, shaper,
+                        record_dir, stack)
 
     def clock_report(self) -> dict[str, dict]:
         return {name: c.as_dict() for name, c in self.offsets.items()}

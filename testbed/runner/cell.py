@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -114,18 +112,10 @@ class CellRunner:
             host = netops.host_of(net, slot)
             job = dict(RANK=str(slot.rank), WORLD_SIZE=str(len(slots)),
                        LOCAL_RANK="0", MASTER_ADDR=str(master.ip), MASTER_PORT=str(MASTER_PORT),
-                       GLOO_SOCKET_IFNAME=host.iface,
                        TESTBED_TIMEOUT_S=str(int(cell.experiment.timeout_s)))
             logf = open(cell_dir / f"worker-rank{slot.rank}.log", "wb")
             stack.callback(logf.close)
-            if getattr(net, "remote", False):  # over SSH; its trace is fetched when it exits
-                procs[slot.rank] = net.start_worker(host, slot.rank, job, cell_dir, logf)
-                stack.callback(netops.stop_process, procs[slot.rank])
-                continue
-            argv = [sys.executable, "-m", "testbed.train.worker",
-                    "--cell", str(cell_dir / "cell.json"), "--out", str(cell_dir)]
-            procs[slot.rank] = net.popen(host, argv, env=dict(os.environ, **job), stdout=logf,
-                                         stderr=logf)
+            procs[slot.rank] = net.start_worker(host, slot.rank, job, cell_dir, logf)
             stack.callback(netops.stop_process, procs[slot.rank])
         return procs
 

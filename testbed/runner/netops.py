@@ -24,16 +24,7 @@ log = logging.getLogger(__name__)
 def network(exp: Experiment, links: list[ResolvedLink], shaper: str, workdir: Path,
             stack: ExitStack) -> tuple[Network, Shaper]:
     """Build and shape the experiment's network; torn down when ``stack`` closes."""
-    return bring_up(_with_intra_overrides(exp), links, exp.backend, shaper, workdir, stack)
-
-
-def _with_intra_overrides(exp: Experiment):
-    """The topology with ``links.intra_dc`` laid over every DC's host-link profile."""
-    over = exp.links.intra_dc
-    if over is None:
-        return exp.topology
-    dcs = [dc.model_copy(update={"intra": dc.intra.merged(over)}) for dc in exp.topology.dcs]
-    return exp.topology.model_copy(update={"dcs": dcs})
+    return bring_up(exp.network_topology(), links, exp.backend, shaper, workdir, stack)
 
 
 def fidelity(net: Network, measure: bool) -> dict[str, dict]:

@@ -36,13 +36,12 @@ class Network:
     """Paths between hosts of one cell's emulated network."""
 
     def __init__(self, exp: Experiment):
-        self.topo = exp.topology
+        self.topo = exp.network_topology()
         self.links = self.topo.resolved_links(exp.links.inter_dc, exp.links.per_link)
         self.routes = self.topo.routes(self.links)
-        self.intra_override = exp.links.intra_dc
 
     def _intra(self, dc: str) -> LinkProfile:
-        return self.topo.dc(dc).intra.merged(self.intra_override)
+        return self.topo.dc(dc).intra
 
     def _inter_hops(self, a: str, b: str) -> list[tuple[str | None, float | None, float]]:
         out, cur = [], a

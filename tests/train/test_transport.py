@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 import torch
 
-from testbed.metrics import load_traces, losses
+from testbed.metrics import load_traces, losses, transfer_times
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 from testbed.train.local import run_local
-from testbed.train.transport import chunks, transfer_times
+from testbed.train.transport import chunks
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = ModelSpec(layers=4, hidden=32, heads=2, seq_len=16, vocab=64)

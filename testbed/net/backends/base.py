@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from testbed.errors import CommandError
@@ -83,6 +86,16 @@ class Network:
         proc = subprocess.Popen(self.argv_in(node, argv), start_new_session=True, **kwargs)
         self.ledger.add_process(proc.pid)
         return proc
+
+    def start_worker(self, node: Node, rank: int, env: dict[str, str], cell_dir: Path,
+                     log_file) -> Any:
+        """Start rank ``rank``'s worker inside ``node`` with the torchrun-style ``env``, its
+        output into ``log_file`` and its trace into ``cell_dir``; returns a Popen-like handle
+        (``poll``, ``terminate``, ``kill``, ``wait``). Remote networks override this."""
+        argv = [sys.executable, "-m", "testbed.train.worker",
+                "--cell", str(cell_dir / "cell.json"), "--out", str(cell_dir)]
+        return self.popen(node, argv, env=dict(os.environ, **env, GLOO_SOCKET_IFNAME=node.iface),
+                          stdout=log_file, stderr=log_file)
 
     def teardown(self) -> None:
         """Remove everything this network made; safe to call twice."""

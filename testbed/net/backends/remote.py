@@ -65,7 +65,6 @@ class RemoteNetwork(Network):
     lab: object = None            # testbed.remote.lab.Lab
     run_dir: str = ""
     procs: list[RemoteProcess] = field(default_factory=list)
-    remote = True
 
     def lab_host(self, node: Node) -> LabHost:
         return self.lab.host(node.name)

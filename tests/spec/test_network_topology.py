@@ -1,9 +1,8 @@
-"""The runner's network adapter, without building anything."""
+"""The topology the runner builds, without building anything."""
 from __future__ import annotations
 
 import textwrap
 
-from testbed.runner.netops import _with_intra_overrides
 from testbed.spec import load_experiment
 
 
@@ -18,7 +17,7 @@ def test_links_intra_dc_is_laid_over_every_dcs_host_links(tmp_path):
         links: {intra_dc: {rate_mbit: 2000}}
     """))
     (cell,) = load_experiment(f).cells
-    topo = _with_intra_overrides(cell.experiment)
+    topo = cell.experiment.network_topology()
     assert topo.dc("dca").intra.rate_mbit == 2000 and topo.dc("dca").intra.loss_pct == 0.1
     assert topo.dc("dcb").intra.rate_mbit == 2000
     assert cell.experiment.topology.dc("dca").intra.rate_mbit == 5000  # not mutated
