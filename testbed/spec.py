@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from testbed.errors import Problem, SpecError
 from testbed.net.topology import MAX_DELAY_MS, LinkProfile, Step, Strict, Topology
-from testbed.placement import PLACEMENTS
+from testbed.placement import STRATEGIES, capacity_problem
 from testbed.schedule.registry import SCHEDULES, schedule_problems
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +102,10 @@ class Workload(Strict):
                                          "activation/gradient is split over this many, as Atlas "
                                          "does on window-limited high-RTT links")
     compute: Compute = Field(default_factory=lambda: Compute(forward_ms=20, backward_ms=40))
+    memory_limit: int | None = Field(
+        None, ge=1, le=4096, description="most microbatches of activations a stage may hold; "
+                                         "the cross-DC schedules (geopipe, crosspipe_*) are "
+                                         "built within it (None: no limit)")
     iterations: int = Field(6, ge=1, le=100_000, description="total, warm-up included")
     warmup: int = Field(1, ge=0)
     seed: int = 0
@@ -113,6 +117,10 @@ class Workload(Strict):
 
     @model_validator(mode="after")
     def _connections_need_ir(self) -> "Workload":
+        from testbed.schedule.registry import CROSS_DC_SCHEDULES
+        if self.schedule in CROSS_DC_SCHEDULES and self.executor != "ir":
+            raise ValueError(f"{self.schedule} needs executor: ir (torch's schedule classes "
+                             "have no cross-DC-aware schedules)")
         if self.connections > 1 and self.executor != "ir":
             raise ValueError(f"connections={self.connections} needs executor: ir (the torch "
                              "executor sends each tensor on one connection)")
@@ -169,7 +177,10 @@ class Experiment(Strict):
     topology: Topology
     links: LinkOverrides = Field(default_factory=LinkOverrides)
     workload: Workload = Field(default_factory=Workload)
-    placement: Literal["in_order"] = Field("in_order", description="stage → DC/host assignment")
+    placement: Literal[STRATEGIES] = Field(
+        "in_order", description="stage → DC assignment: in_order (contiguous blocks in file "
+                                "order), atlas (fewest DCs, cheapest chain), cba (ILP over "
+                                "heterogeneous links, re-ranked by the simulator)")
     matrix: dict[str, Any] = Field(default_factory=dict)
     repeat: int = Field(1, ge=1, le=1000)
     timeout_s: float = Field(600, gt=0, description="per cell; workers are killed after it")
@@ -567,10 +578,9 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
                     f"{w.world_size} ranks need {w.world_size} hosts; the topology "
                     f"{exp.topology.name!r} has {hosts}"))
     if w.world_size <= hosts:
-        try:
-            PLACEMENTS[exp.placement](exp.topology, w.parallel.pp, w.parallel.dp)
-        except SpecError as e:
-            out += [(("placement",), p.message) for p in e.problems]
+        why = capacity_problem(exp.topology, w.parallel.pp, w.parallel.dp, exp.placement)
+        if why:
+            out.append((("placement",), why))
     if exp.backend == "remote" and exp.remote is None:
         out.append((("backend",), "backend remote needs a remote section naming the lab's "
                                   "inventory: remote: {inventory: lab.ini}"))
@@ -757,7 +767,7 @@ def _make_cell(src: Source, topo: Topology, params: dict, index: int,
 # Fields added after cell ids were first published: hashed only when set, so that adding a
 # field does not change the id of every existing cell (and `run --resume` keeps working).
 ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic",
-                      "workload.connections": 1}
+                      "workload.connections": 1, "workload.memory_limit": None}
 
 
 def cell_id(exp: Experiment) -> str:

@@ -28,3 +28,81 @@ def test_dp_replicas_take_distinct_hosts():
 def test_rejects_a_dc_without_enough_hosts():
     with pytest.raises(SpecError, match="puts 2 ranks in DC dc2, which has 1 hosts"):
         in_order(_topo(4, 1), pp=4, dp=1)
+
+
+# ---------------------------------------------------------------- link-aware placements
+
+import itertools  # noqa: E402
+
+from testbed.placement import (LinkCost, PlacementProblem, atlas, capacity_problem,  # noqa: E402
+                               cba, cba_candidates)
+
+MB = 1_000_000
+
+
+def _problem(topo: Topology, links: dict[frozenset, tuple[float, float]], pp: int, dp: int = 1,
+             m: int = 8, evaluate=None) -> PlacementProblem:
+    """Costs by DC pair: (one-way delay s, rate bit/s); inside a DC: no delay, 10 Gbit/s."""
+    def cost(a: str, b: str) -> LinkCost:
+        d, r = links.get(frozenset((a, b)), (0.0, 10e9))
+        return LinkCost(d, r)
+    return PlacementProblem(topo, pp, dp, m, 0.02, 0.04, MB, cost,
+                            lambda n, c: n * 8 / c.rate_bps, evaluate)
+
+
+THIN, BACKBONE = (0.010, 100e6), (0.015, 1000e6)
+UNEQUAL = {frozenset(("dc1", "dc2")): THIN, frozenset(("dc2", "dc3")): THIN,
+           frozenset(("dc1", "dc3")): BACKBONE}
+
+
+def test_cba_ilp_finds_the_linear_models_optimum():
+    # brute force over every stage → DC assignment that fits the hosts
+    topo = _topo(3, 3, 2)
+    prob = _problem(topo, UNEQUAL, pp=7)
+    names = ["dc1", "dc2", "dc3"]
+    fits = [list(a) for a in itertools.product(names, repeat=7)
+            if all(a.count(n) <= topo.dc(n).hosts for n in names)]
+    best = min(prob.linear_time_s(a) for a in fits)
+    cands = cba_candidates(prob, k=3)
+    assert prob.linear_time_s(cands[0]) == pytest.approx(best)
+    assert len({tuple(c) for c in cands}) == 3  # the no-good cuts give distinct assignments
+    assert [prob.linear_time_s(c) for c in cands] == sorted(prob.linear_time_s(c) for c in cands)
+
+
+def test_cba_avoids_the_thin_links_when_two_dcs_hold_the_pipeline():
+    slots = cba(_problem(_topo(3, 3, 3), UNEQUAL, pp=6))
+    assert sorted({s.dc for s in slots}) == ["dc1", "dc3"]
+    assert sum(a.dc != b.dc for a, b in zip(slots, slots[1:])) == 1  # one boundary crossing
+
+
+def test_cba_takes_the_simulators_choice_among_ilp_candidates():
+    prob = _problem(_topo(3, 3, 3), UNEQUAL, pp=6)
+    first = cba_candidates(prob)[0]
+    # an evaluator that dislikes the ILP's favourite: the next candidate wins
+    prob.evaluate = lambda slots: 9.0 if [s.dc for s in slots] == first else 1.0
+    assert [s.dc for s in cba(prob)] != first
+
+
+def test_atlas_uses_the_fewest_dcs_and_the_cheapest_chain():
+    slots = atlas(_problem(_topo(3, 3, 3), UNEQUAL, pp=6))
+    assert [s.dc for s in slots] in (["dc1"] * 3 + ["dc3"] * 3, ["dc3"] * 3 + ["dc1"] * 3)
+    # all three needed: the thin DC goes to an end of the chain, crossing one thin link
+    dcs = [s.dc for s in atlas(_problem(_topo(3, 3, 3), UNEQUAL, pp=8))]
+    assert dcs[0] == "dc2" or dcs[-1] == "dc2"
+    assert len(set(dcs)) == 3
+
+
+def test_link_aware_placements_keep_replicas_in_one_dc():
+    for place in (atlas, cba):
+        slots = place(_problem(_topo(4, 4, 2), UNEQUAL, pp=4, dp=2))
+        for s in range(4):
+            assert len({x.dc for x in slots if x.pp_rank == s}) == 1
+        assert len({(x.dc, x.host_index) for x in slots}) == 8
+
+
+def test_capacity_problem_names_the_shortfall():
+    assert capacity_problem(_topo(3, 3), 4, 2, "cba") == (
+        "cba keeps a stage's 2 replica(s) in one DC: the DCs hold 2 such stages, the pipeline "
+        "has pp=4")
+    assert capacity_problem(_topo(4, 4), 4, 2, "atlas") is None
+    assert "which has 1 hosts" in capacity_problem(_topo(4, 1), 4, 1, "in_order")

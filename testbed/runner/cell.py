@@ -11,7 +11,8 @@ from typing import Any
 
 from testbed.errors import TestbedError
 from testbed.net.topology import ResolvedLink
-from testbed.placement import PLACEMENTS, Slot
+from testbed.placement import Slot
+from testbed.plan import CellPlan, plan_cell
 from testbed.runner import netops
 from testbed.runner.store import RunStore
 from testbed.spec import Cell, LoadedExperiment
@@ -54,11 +55,13 @@ class CellRunner:
     def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
         """Run one cell × repeat; always returns its row (status ok or failed)."""
         row = self._base_row(cell, repeat)
-        row.update(_prediction(cell))
         cell_dir = self.store.cell_dir(cell.cell_id, repeat)
         t0 = time.monotonic()
         try:
-            row.update(self._run(cell, repeat, cell_dir))
+            plan = _plan(cell)
+            row["placement_stage_dcs"] = " ".join(plan.stage_dcs)
+            row.update(_prediction(cell, plan))
+            row.update(self._run(cell, repeat, cell_dir, plan))
             row["status"], row["error"] = "ok", ""
         except TestbedError as e:
             log.warning("cell %s failed: %s", cell.cell_id, e)
@@ -79,12 +82,11 @@ class CellRunner:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
-    def _run(self, cell: Cell, repeat: int, cell_dir: Path) -> dict[str, Any]:
+    def _run(self, cell: Cell, repeat: int, cell_dir: Path, plan: CellPlan) -> dict[str, Any]:
         exp = cell.experiment
         links = exp.topology.resolved_links(exp.links.inter_dc, exp.links.per_link)
-        slots = PLACEMENTS[exp.placement](exp.topology, exp.workload.parallel.pp,
-                                          exp.workload.parallel.dp)
-        _write_cell_json(cell, repeat, self.store.run_id, slots, cell_dir)
+        slots = plan.slots
+        _write_cell_json(cell, repeat, self.store.run_id, plan, cell_dir)
         row: dict[str, Any] = {}
         with ExitStack() as stack:
             if self.lab is not None:
@@ -124,26 +126,39 @@ PREDICTED = ("predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_
              "predicted_peak_inflight")
 
 
-def _prediction(cell: Cell) -> dict[str, Any]:
+def _plan(cell: Cell) -> CellPlan:
+    """The cell's placement and schedule; a placement or schedule that cannot be built is
+    the cell's failure (TestbedError), not a traceback."""
+    from testbed.errors import SpecError
+    try:
+        return plan_cell(cell.experiment)
+    except SpecError:
+        raise
+    except ValueError as e:
+        raise TestbedError(f"cannot plan the cell: {e}") from None
+
+
+def _prediction(cell: Cell, plan: CellPlan) -> dict[str, Any]:
     """The simulator's prediction for the cell (written beside what is measured); empty when
     the cell cannot be simulated (e.g. real compute without modelled times)."""
     from testbed.sim import predict
     try:
-        got = predict(cell.experiment)
+        got = predict(cell.experiment, plan=plan)
     except TestbedError as e:
         log.info("cell %s: no prediction: %s", cell.cell_id, e)
         return {}
     return {k: got[k] for k in PREDICTED if k in got}
 
 
-def _write_cell_json(cell: Cell, repeat: int, run_id: str, slots: list[Slot],
+def _write_cell_json(cell: Cell, repeat: int, run_id: str, plan: CellPlan,
                      cell_dir: Path) -> None:
     exp = cell.experiment
     data = {
         "cell_id": cell.cell_id, "run_id": run_id, "repeat": repeat, "params": cell.params,
         "workload": exp.workload.model_dump(mode="json"),
         "placement": [{"rank": s.rank, "pp_rank": s.pp_rank, "dp_rank": s.dp_rank, "dc": s.dc,
-                       "host_index": s.host_index} for s in slots],
+                       "host_index": s.host_index} for s in plan.slots],
+        "schedule": plan.schedule.to_dict(),
         "experiment": exp.model_dump(mode="json"),
     }
     (cell_dir / "cell.json").write_text(json.dumps(data, indent=2), encoding="utf-8")

@@ -28,11 +28,12 @@ from testbed.errors import SpecError, Problem
 # fidelity columns come last.
 HEAD_COLUMNS = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
 BODY_COLUMNS = [
-    "backend", "shaper", "placement", "schedule", "executor", "compute_mode", "pp", "dp",
-    "chunks", "microbatches", "iteration_time_s", "iteration_time_p95_s", "bubble_ratio",
+    "backend", "shaper", "placement", "placement_stage_dcs", "schedule", "executor",
+    "compute_mode", "pp", "dp", "chunks", "microbatches", "iteration_time_s", "iteration_time_p95_s", "bubble_ratio",
     "bubble_ratio_max", "bubble_ratio_megatron", "throughput_tokens_s", "throughput_samples_s",
     "exposed_comm_s", "predicted_iteration_time_s", "predicted_bubble_ratio",
-    "predicted_exposed_comm_s", "predicted_peak_inflight", "iterations_measured", "delayline_drops", "queue_drops", "started_at", "duration_s",
+    "predicted_exposed_comm_s", "predicted_peak_inflight", "iterations_measured",
+    "delayline_drops", "queue_drops", "started_at", "duration_s",
 ]
 STATUSES = ("ok", "failed", "skipped")
 

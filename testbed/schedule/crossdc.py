@@ -12,9 +12,8 @@
 
 All use one chunk per rank (stage r on rank r). The context is the one thing the standard
 generators do not need; ``testbed.schedule.generators.generate`` passes it on to these only.
-The worker and the simulator's ``sim_input`` call ``generate`` without it today, so these
-schedules are not valid in experiment files yet (``schedule_problems`` says why); to run them
-the caller must build a ``CrossDCContext`` from the cell (see its docstring).
+``testbed.plan.crossdc_context`` builds it from a cell once the placement is known; the runner
+ships the resulting schedule to the workers in ``cell.json``.
 """
 from __future__ import annotations
 
@@ -25,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from testbed.schedule.ir import Action, Kind, Schedule
+from testbed.schedule.registry import MILP_MAX_MICROBATCHES, MILP_MAX_PP
 
 log = logging.getLogger(__name__)
 
-MILP_MAX_PP, MILP_MAX_MICROBATCHES = 4, 8
 MILP_TIME_LIMIT_S = 60.0
 
 
@@ -62,11 +61,9 @@ class CrossDCContext:
     microbatches of activations a stage may hold (an F allocates, the last backward action —
     B, or W when split — frees, as ``testbed.sim`` counts); ``None`` = no limit.
 
-    For a cell, the runner/worker would build it from: ``workload.compute`` (forward_ms,
-    backward_ms, weight_ms), the placement (which stage pairs sit in different DCs), each such
-    pair's path (one-way delay, bottleneck rate) and the activation size in bytes
-    (``testbed.sim.inputs.message_bytes``), plus a memory limit (e.g. ``simulate
-    --memory-limit``); the same values the simulator already derives in ``sim_input``.
+    For a cell, ``testbed.plan.crossdc_context`` builds it from ``workload.compute``, the
+    placement's path between consecutive stages (one-way delay, serialization of one
+    activation) and ``workload.memory_limit``.
     """
 
     f_ms: float
@@ -371,5 +368,5 @@ def generate_cross_dc(name: str, pp: int, m: int, chunks: int,
         raise ContextRequired(
             f"{name} is a cross-DC schedule: it is built from the boundary delays, link rates, "
             "compute times and a memory limit; pass context=CrossDCContext(...) to generate "
-            "(the worker and the simulator do not pass one yet)")
+            "(testbed.plan.crossdc_context builds it for a cell)")
     return CROSS_DC_GENERATORS[name](pp, m, chunks, ctx)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MILP_MAX_PP, MILP_MAX_MICROBATCHES = 4, 8  # crosspipe_milp's solvable size
+
 
 @dataclass(frozen=True)
 class ScheduleInfo:
@@ -42,8 +44,8 @@ SCHEDULES: dict[str, ScheduleInfo] = {
     ]
 }
 
-# Built from the links and compute times (testbed.schedule.crossdc.CrossDCContext), which the
-# worker and the simulator do not pass to ``generate`` yet: not valid in experiment files.
+# Built per cell from the placement's links and compute times (testbed.schedule.crossdc's
+# CrossDCContext; testbed.plan builds it), with one chunk per rank and the IR executor.
 CROSS_DC_SCHEDULES: dict[str, ScheduleInfo] = {
     s.name: s
     for s in [
@@ -58,12 +60,14 @@ CROSS_DC_SCHEDULES: dict[str, ScheduleInfo] = {
 
 def schedule_problems(name: str, pp: int, chunks: int, microbatches: int) -> list[tuple[str, str]]:
     """Check a schedule's rules; returns (field, message) pairs, empty when all hold."""
-    if name in CROSS_DC_SCHEDULES:
-        return [("schedule", f"{name} needs the cross-DC context (boundary delays, compute "
-                             "times, memory limit) that workers are not given yet")]
-    info = SCHEDULES.get(name)
+    info = SCHEDULES.get(name) or CROSS_DC_SCHEDULES.get(name)
     if info is None:
-        return [("schedule", f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")]
+        valid = ", ".join([*SCHEDULES, *CROSS_DC_SCHEDULES])
+        return [("schedule", f"unknown schedule {name!r}; valid: {valid}")]
+    if name == "crosspipe_milp" and (pp > MILP_MAX_PP or microbatches > MILP_MAX_MICROBATCHES):
+        return [("schedule", f"crosspipe_milp is solved for pp ≤ {MILP_MAX_PP} and "
+                             f"microbatches ≤ {MILP_MAX_MICROBATCHES} (got pp={pp}, "
+                             f"microbatches={microbatches}); use crosspipe_greedy")]
     out: list[tuple[str, str]] = []
     if info.chunks is None and chunks < 2:
         out.append(("chunks", f"{name} needs chunks ≥ 2 virtual stages per rank, got {chunks}"))

@@ -23,26 +23,27 @@ class SimulationError(TestbedError):
     exit_code = EXIT_BAD_INPUT
 
 
-def run(exp: Experiment) -> SimResult:
-    """Simulate one iteration of ``exp``'s workload on its network; raises SimulationError."""
+def run(exp: Experiment, plan=None) -> SimResult:
+    """Simulate one iteration of ``exp``'s workload on its network under ``plan`` (a
+    ``testbed.plan.CellPlan``; the experiment's own when None); raises SimulationError."""
     from testbed.sim.inputs import sim_input
 
     try:
-        return simulate(sim_input(exp))
+        return simulate(sim_input(exp, plan))
     except Deadlock as e:
         raise SimulationError(f"{exp.workload.schedule}: {e}") from None
     except ValueError as e:  # compute times neither given nor derivable
         raise SimulationError(f"cannot simulate: {e}") from None
 
 
-def predict(exp: Experiment, memory_limit: int | None = None) -> dict[str, Any]:
+def predict(exp: Experiment, memory_limit: int | None = None, plan=None) -> dict[str, Any]:
     """Predicted metrics of one cell, keyed like the results CSV (``predicted_…``).
 
     ``memory_limit`` (microbatches of activations a virtual stage may hold) is checked, not
     enforced: the schedule's order is fixed, so ``predicted_memory_ok`` says whether the
     schedule stays within it. Raises SimulationError when the cell cannot be simulated.
     """
-    res = run(exp)
+    res = run(exp, plan)
     out = {f"predicted_{k}": round(v, 6) for k, v in res.metrics().items()}
     out["predicted_peak_inflight"] = max(res.peak_inflight_per_stage)
     out["predicted_peak_inflight_per_stage"] = list(res.peak_inflight_per_stage)

@@ -4,13 +4,13 @@ compute times, the bytes per message, and the path between every pair of ranks t
 Paths follow the emulated network: a rank's host link to its DC (the DC's ``intra`` profile,
 with the experiment's ``links.intra_dc`` on top, shaped at both ends), then the inter-DC links
 along ``Topology.routes`` (each direction its own profile), then the receiving host's link.
-Placement is the experiment's (``in_order``: contiguous stage blocks per DC).
+Placement and schedule are the cell's plan (``testbed.plan``), as the runner ships it to the
+workers.
 """
 from __future__ import annotations
 
 from testbed.net.topology import LinkProfile
-from testbed.placement import PLACEMENTS, Slot
-from testbed.schedule.generators import generate
+from testbed.placement import Slot
 from testbed.schedule.ir import Schedule
 from testbed.schedule.lower import lower
 from testbed.sim import calibration as C
@@ -107,12 +107,20 @@ def _allreduce_s(exp: Experiment, net: Network, slots: list[Slot],
     return out
 
 
-def sim_input(exp: Experiment) -> SimInput:
-    """The engine's input for one cell (the experiment with the cell's values set)."""
+def sim_input(exp: Experiment, plan=None) -> SimInput:
+    """The engine's input for one cell (the experiment with the cell's values set) under
+    ``plan`` (a ``testbed.plan.CellPlan``; computed from the experiment when None)."""
+    if plan is None:
+        from testbed.plan import plan_cell
+        plan = plan_cell(exp)
+    return build_input(exp, plan.slots, plan.schedule)
+
+
+def build_input(exp: Experiment, slots: list[Slot], compute_schedule: Schedule) -> SimInput:
+    """The engine's input for a given placement and compute-only schedule."""
     w = exp.workload
     pp, dp = w.parallel.pp, w.parallel.dp
-    schedule = lower(generate(w.schedule, pp, w.microbatches, w.chunks))
-    slots = PLACEMENTS[exp.placement](exp.topology, pp, dp)
+    schedule = lower(compute_schedule)
     net = Network(exp)
     paths = {}
     for d in range(dp):

@@ -88,7 +88,6 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
     import torch
     import torch.distributed as dist
 
-    from testbed.schedule.generators import generate
     from testbed.schedule.lower import lower
     from testbed.spec import Workload
     from testbed.train.executor import Executor, RankContext
@@ -113,7 +112,7 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         # P2P transfers split over workload.connections TCP connections (one group each)
         from testbed.train.transport import Transport, connection_groups
         transport = Transport(connection_groups(w.connections))
-        schedule = lower(generate(w.schedule, pp, w.microbatches, w.chunks))
+        schedule = lower(_schedule(cell, w))
         ctx = RankContext(rank, slot["pp_rank"], slot["dp_rank"], pp, dp, schedule)
         tracer.record(type="meta", rank=rank, world_size=world, pp_rank=ctx.pp_rank,
                       dp_rank=ctx.dp_rank, stages=schedule.stages_of(ctx.pp_rank),
@@ -151,6 +150,26 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         raise
     finally:
         dist.destroy_process_group()
+
+
+def _schedule(cell: dict, w):
+    """The cell's compute-only schedule: the one the runner planned (``cell.json``), else the
+    standard generator's; cross-DC schedules exist only as planned ones."""
+    from testbed.schedule.generators import generate
+    from testbed.schedule.ir import Schedule
+    from testbed.schedule.registry import CROSS_DC_SCHEDULES
+
+    if "schedule" in cell:
+        s = Schedule.from_dict(cell["schedule"])
+        if (s.name, s.pp, s.microbatches) != (w.schedule, w.parallel.pp, w.microbatches):
+            raise WorkerFailure(f"cell.json's schedule is {s.name} for pp={s.pp}, "
+                                f"m={s.microbatches}; the workload says {w.schedule}, "
+                                f"pp={w.parallel.pp}, m={w.microbatches}")
+        return s
+    if w.schedule in CROSS_DC_SCHEDULES:
+        raise WorkerFailure(f"{w.schedule} is built from the cell's links: run it through the "
+                            "runner (testbed run), which plans it into cell.json")
+    return generate(w.schedule, w.parallel.pp, w.microbatches, w.chunks)
 
 
 def _start_margin_ns() -> int:

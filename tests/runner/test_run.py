@@ -2,6 +2,7 @@
 failure isolation, and SIGKILL → clean → resume."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -119,3 +120,35 @@ def test_sigkill_then_clean_then_resume_loses_and_duplicates_nothing(tmp_path):
     assert len(after) == 3 and after["cell_id"].is_unique
     kept = after.set_index("cell_id").loc[before["cell_id"], "started_at"]
     assert list(kept) == list(before["started_at"])
+
+
+PLANNED = ROOT / "tests" / "runner" / "exps" / "planned.yaml"
+
+
+def test_planned_cells_run_the_placement_and_cross_dc_schedule_of_their_plan(tmp_path):
+    """cba placement and geopipe / crosspipe_greedy: the runner plans each cell once; every
+    rank runs exactly the planned compute order, on the planned DC."""
+    from testbed.metrics import load_traces
+    from testbed.plan import plan_cell
+    from testbed.spec import load_experiment
+
+    res = run(str(PLANNED), "--results", str(tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    (d,) = list((tmp_path / "planned").iterdir())
+    df = pd.read_csv(d / "results.csv")
+    assert list(df["status"]) == ["ok", "ok"], df["error"].tolist()
+    plans = {c.cell_id: plan_cell(c.experiment) for c in load_experiment(PLANNED).cells}
+    for _, row in df.iterrows():
+        plan = plans[row["cell_id"]]
+        assert "dcq" not in plan.stage_dcs  # the thin links' DC is left out
+        assert row["placement_stage_dcs"] == " ".join(plan.stage_dcs)
+        shipped = json.loads((d / "cells" / row["cell_id"] / "cell.json").read_text())
+        assert [p["dc"] for p in shipped["placement"]] == plan.stage_dcs
+        traces = load_traces(d / "cells" / row["cell_id"])
+        for rank, recs in traces.items():
+            measured = [f"{r['stage']}{r['kind']}{r['mb']}" for r in recs
+                        if r.get("type") == "action" and r["iter"] == 1 and r["cat"] == "compute"]
+            assert measured == plan.schedule.to_rows()[rank]
+        ratio = row["predicted_iteration_time_s"] / row["iteration_time_s"]
+        assert 0.75 <= ratio <= 1.1, row[["iteration_time_s", "predicted_iteration_time_s"]]
+    assert not [n for n in ledgers.tagged_namespaces() if "-dcp" in n or "-dcr" in n]

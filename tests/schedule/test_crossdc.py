@@ -93,7 +93,13 @@ def test_geopipe_without_delay_is_1f1b():
 def test_cross_dc_schedules_need_their_context():
     with pytest.raises(ContextRequired, match="CrossDCContext"):
         generate("geopipe", 4, 8)
-    assert schedule_problems("crosspipe_greedy", 4, 1, 8)[0][0] == "schedule"
+
+
+
+def test_experiment_rules_of_cross_dc_schedules():
+    assert schedule_problems("crosspipe_greedy", 4, 1, 8) == []
+    assert schedule_problems("geopipe", 4, 2, 8)[0][0] == "chunks"
+    assert "use crosspipe_greedy" in schedule_problems("crosspipe_milp", 8, 1, 16)[0][1]
 
 
 def test_milp_refuses_large_instances():

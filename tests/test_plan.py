@@ -1,0 +1,95 @@
+"""Cell plans: placement strategies on experiment files, cross-DC schedules built from the
+cell's links, and the worker's use of the planned schedule. No root, no processes."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from testbed.plan import crossdc_context, plan_cell
+from testbed.sim import predict
+from testbed.spec import PROJECT_ROOT, load_experiment
+from testbed.train.worker import WorkerFailure, _schedule
+
+
+def _load(tmp_path, body: str):
+    path = tmp_path / "exp.yaml"
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return load_experiment(path)
+
+
+UNEQUAL = f"""\
+name: t
+topology: {PROJECT_ROOT}/topologies/three-dc-unequal.yaml
+workload:
+  model: {{layers: 24, hidden: 1024, heads: 16, seq_len: 1024, vocab: 32000}}
+  parallel: {{pp: 6, dp: 1}}
+  microbatches: 16
+  compute: {{forward_ms: 20, backward_ms: 40, bytes_scale: 0.25}}
+matrix:
+  placement: [in_order, atlas, cba]
+"""
+
+
+def test_cba_beats_in_order_on_the_unequal_three_dc_topology_in_simulation(tmp_path):
+    cells = {c.params["placement"]: c.experiment for c in _load(tmp_path, UNEQUAL).cells}
+    dcs = {k: plan_cell(e).stage_dcs for k, e in cells.items()}
+    assert dcs["in_order"] == ["east", "east", "mid", "mid", "west", "west"]
+    assert "mid" not in dcs["cba"] and "mid" not in dcs["atlas"]
+    t = {k: predict(e, plan=plan_cell(e))["predicted_iteration_time_s"] for k, e in cells.items()}
+    assert t["cba"] <= 0.8 * t["in_order"], t
+
+
+CROSS = f"""\
+name: t
+topology: {PROJECT_ROOT}/topologies/two-dc.yaml
+links:
+  inter_dc: {{delay_ms: 2xTF, rate_mbit: 1000}}
+workload:
+  model: {{layers: 8, hidden: 1024, heads: 16, seq_len: 1024, vocab: 32000}}
+  parallel: {{pp: 4, dp: 1}}
+  microbatches: 8
+  memory_limit: 4
+  compute: {{forward_ms: 20, backward_ms: 40, bytes_scale: 0.25}}
+matrix:
+  workload.schedule: [1f1b, geopipe, crosspipe_greedy, crosspipe_milp]
+"""
+
+
+def test_cross_dc_context_comes_from_the_placements_boundary(tmp_path):
+    exp = _load(tmp_path, CROSS).cells[1].experiment
+    ctx = crossdc_context(exp, plan_cell(exp).slots)
+    assert (ctx.f_ms, ctx.b_ms, ctx.memory_limit) == (20, 40, 4)
+    # stage 1 → 2 crosses the 40 ms (2 × TF) link; 1 MiB at 1 Gbit/s ≈ 8.8 ms on the wire
+    assert ctx.boundaries[1].delay_ms == pytest.approx(40, abs=0.5)
+    assert 8 < ctx.boundaries[1].serialization_ms < 10
+    assert ctx.boundaries[0].delay_ms < 1 and ctx.boundaries[2].delay_ms < 1
+
+
+def test_cross_dc_schedules_are_planned_and_predicted_within_the_memory_limit(tmp_path):
+    got = {}
+    for c in _load(tmp_path, CROSS).cells:
+        plan = plan_cell(c.experiment)
+        assert plan.schedule.name == c.params["workload.schedule"]
+        got[plan.schedule.name] = predict(c.experiment, memory_limit=4, plan=plan)
+    assert all(p["predicted_memory_ok"] for p in got.values())
+    best = min(got[k]["predicted_iteration_time_s"] for k in ("crosspipe_greedy", "crosspipe_milp"))
+    assert best <= 0.8 * got["1f1b"]["predicted_iteration_time_s"]
+
+
+def test_worker_runs_the_planned_schedule_and_refuses_an_unplanned_cross_dc_one(tmp_path):
+    exp = _load(tmp_path, CROSS).cells[2].experiment
+    plan = plan_cell(exp)
+    cell = {"schedule": plan.schedule.to_dict()}
+    assert _schedule(cell, exp.workload).to_rows() == plan.schedule.to_rows()
+    with pytest.raises(WorkerFailure, match="run it through the runner"):
+        _schedule({}, exp.workload)
+    other = exp.workload.model_copy(update={"microbatches": 4})
+    with pytest.raises(WorkerFailure, match="the workload says"):
+        _schedule(cell, other)
+
+
+def test_cross_dc_schedules_need_the_ir_executor(tmp_path):
+    from testbed.errors import SpecError
+    with pytest.raises(SpecError, match="needs executor: ir"):
+        _load(tmp_path, CROSS.replace("memory_limit: 4", "memory_limit: 4\n  executor: torch"))
