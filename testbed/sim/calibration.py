@@ -31,3 +31,8 @@ POST_RECV_S = 64e-6
 UNSHAPED_BYTES_PER_S = 1.5e9
 # TCP over Ethernet: 1448 payload bytes (MSS with timestamps) per 1514 bytes that htb/tbf count.
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
+# A window-limited TCP connection moves about this fraction of its socket buffer limit
+# (topology.tcp_buffer_max_mb) per round trip: benchmarks/bench_transport.py sent 8 MiB over
+# a 40 ms RTT path with 0.25 MiB buffers in 1.715 s on one connection (0.187 MiB per round
+# trip, 0.75 of the buffer) and in 0.455 s on four (0.70 each).
+TCP_WINDOW_PER_BUFFER = 0.75

@@ -4,6 +4,9 @@ compute times, the bytes per message, and the path between every pair of ranks t
 Paths follow the emulated network: a rank's host link to its DC (the DC's ``intra`` profile,
 with the experiment's ``links.intra_dc`` on top, shaped at both ends), then the inter-DC links
 along ``Topology.routes`` (each direction its own profile), then the receiving host's link.
+A path with delay is also capped at what ``workload.connections`` TCP windows move per round
+trip (``topology.tcp_buffer_max_mb`` × ``TCP_WINDOW_PER_BUFFER`` each); the cap is applied as
+the rate of the path's FIFO, so concurrent transfers on one direction share it.
 Placement and schedule are the cell's plan (``testbed.plan``), as the runner ships it to the
 workers.
 """
@@ -37,6 +40,9 @@ class Network:
 
     def __init__(self, exp: Experiment):
         self.topo = exp.network_topology()
+        # the most one transfer moves per round trip over its connections (window-limited)
+        self.window_bytes = (C.TCP_WINDOW_PER_BUFFER * self.topo.tcp_buffer_max_mb * (1 << 20)
+                             * exp.workload.connections)
         self.links = self.topo.resolved_links(exp.links.inter_dc, exp.links.per_link)
         self.routes = self.topo.routes(self.links)
 
@@ -57,7 +63,15 @@ class Network:
         """The path from ``src``'s host to ``dst``'s host."""
         up = _hop(f"{src.dc}/{src.host_index} up", self._intra(src.dc))
         down = _hop(f"{dst.dc}/{dst.host_index} down", self._intra(dst.dc))
-        return _combine([up, *self._inter_hops(src.dc, dst.dc), down])
+        path = _combine([up, *self._inter_hops(src.dc, dst.dc), down])
+        rtt = 2 * path.delay_s
+        if rtt <= 0:
+            return path
+        # a window-limited transfer occupies the path's FIFO at window / RTT
+        window_bps = self.window_bytes * 8 / rtt
+        if path.rate_bps is not None and path.rate_bps <= window_bps:
+            return path
+        return Path(path.hops, window_bps, path.delay_s)
 
 
 def stage_times(exp: Experiment) -> list[StageTimes]:

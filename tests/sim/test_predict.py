@@ -134,3 +134,25 @@ def test_simulate_reports_bad_input_with_exit_2(tmp_path, capsys):
     assert "exp.yaml:7" in capsys.readouterr().err
     assert main(["simulate", str(QUICKSTART), "--timeline", str(tmp_path / "x.json"),
                  "--cell", "cnope"]) == 2
+
+
+def test_window_limited_paths_scale_with_connections():
+    """0.25 MiB buffers at 40 ms RTT cap one connection near 0.75 × 0.25 MiB per round trip
+    (bench_transport's measurement); four connections move four windows; the 1 Gbit/s link
+    is the limit once the windows exceed it; paths inside a DC are not capped."""
+    from testbed.placement import Slot
+    from testbed.sim.inputs import Network
+
+    le = load_experiment(PROJECT_ROOT / "experiments" / "atlas.yaml")
+    rates = {}
+    for c in le.cells:
+        net = Network(c.experiment)
+        west, east = Slot(0, 0, 0, "west", 0), Slot(1, 1, 0, "east", 0)
+        rates[c.params["workload.connections"]] = net.path(west, east).rate_bps
+        assert net.path(west, Slot(1, 1, 0, "west", 1)).rate_bps is None
+    one = 0.75 * 0.25 * (1 << 20) * 8 / 0.040
+    assert rates[1] == pytest.approx(one, rel=0.01)
+    assert rates[4] == pytest.approx(4 * one, rel=0.01)
+    big = c.experiment.topology.model_copy(update={"tcp_buffer_max_mb": 256})
+    assert Network(c.experiment.model_copy(update={"topology": big})).path(
+        west, east).rate_bps == 1e9
