@@ -17,6 +17,8 @@ from testbed.traceformat import read_trace  # noqa: E402
 
 log = logging.getLogger(__name__)
 METRICS = ["iteration_time_s", "bubble_ratio", "throughput_tokens_s", "exposed_comm_s"]
+# beside the measured metrics in the tables: the simulator's prediction of the same cell
+TABLE_METRICS = METRICS + ["predicted_iteration_time_s", "predicted_bubble_ratio"]
 COLORS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#55a868"}
 
 
@@ -45,13 +47,13 @@ def build_report(run_dir: Path) -> list[Path]:
 
 def results_table(df: pd.DataFrame) -> pd.DataFrame:
     """One line per cell (repeats averaged): swept values, status and the main metrics."""
-    cols = ["cell_id"] + swept_columns(df) + ["status"] + [m for m in METRICS if m in df]
+    metrics = [m for m in TABLE_METRICS if m in df]
+    cols = ["cell_id"] + swept_columns(df) + ["status"] + metrics
     table = df[cols].copy()
-    for m in METRICS:
-        if m in table:
-            table[m] = table[m].astype(float)
-    agg = {c: "first" for c in cols if c not in METRICS and c != "cell_id"}
-    agg.update({m: "mean" for m in METRICS if m in table})
+    for m in metrics:
+        table[m] = table[m].astype(float)
+    agg = {c: "first" for c in cols if c not in metrics and c != "cell_id"}
+    agg.update({m: "mean" for m in metrics})
     return table.groupby("cell_id", sort=False).agg(agg).reset_index()
 
 
