@@ -144,7 +144,8 @@ class Workload(Strict):
                              "executor sends each tensor on one connection)")
         if self.filler is not None and self.executor != "ir":
             raise ValueError("filler needs executor: ir (the torch executor's waits are inside "
-                             "torch.distributed.pipelining); set executor: ir or remove filler")
+                             "torch.distributed.pipelining, out of the filler's reach): set "
+                             "executor: ir or remove filler")
         return self
 
     @property
