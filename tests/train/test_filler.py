@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from testbed.metrics import load_traces, metrics_from_traces
+from testbed.metrics import load_traces, losses, metrics_from_traces
 from testbed.spec import Compute, Filler as FillerSpec, ModelSpec, Parallel, Workload
 from testbed.train.filler import Filler, GapPredictor, RunningMean, fits
 from testbed.train.local import run_local
@@ -184,3 +184,21 @@ def test_filling_raises_utilization_without_slowing_training_or_overlapping_it(t
         overlaps = [(f, c) for f in fills for c in compute if f[0] < c[1] and c[0] < f[1]]
         assert not overlaps, (rank, overlaps[:3])
         assert not any(r["type"] == "fill" and r["iter"] == 0 for r in recs)  # none measured yet
+
+
+@pytest.mark.slow
+def test_real_prefill_leaves_real_training_losses_unchanged(tmp_path):
+    # compute.mode real makes the filler real too: its forwards run in the ranks' gaps but must
+    # not touch the training model, its data or its random state.
+    base = dict(model=ModelSpec(layers=4, hidden=32, heads=2, seq_len=16, vocab=64),
+                parallel=Parallel(pp=2), schedule="1f1b", microbatches=4, iterations=4,
+                warmup=1, compute=Compute(mode="real"), lr=1e-2)
+    filled = Workload(**base, filler=FillerSpec(model=ModelSpec(layers=1, hidden=32, heads=2,
+                                                                seq_len=16, vocab=64),
+                                                prompt_tokens=16, margin_ms=0))
+    run_local(Workload(**base), tmp_path / "plain", timeout_s=120)
+    run_local(filled, tmp_path / "filled", timeout_s=120)
+    assert losses(tmp_path / "filled") == losses(tmp_path / "plain")
+    records = [r for recs in load_traces(tmp_path / "filled").values() for r in recs]
+    assert {r["filler_mode"] for r in records if r["type"] == "meta"} == {"real"}
+    assert any(r["type"] == "fill" for r in records)  # the filler did run
