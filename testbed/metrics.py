@@ -11,6 +11,16 @@ records in that iteration; everything else is idle. Reported:
 - ``throughput_tokens_s`` / ``throughput_samples_s``: one global batch per median iteration;
 - ``exposed_comm_s``: time ranks spent blocked on communication (``wait`` records), mean over
   ranks, median over iterations.
+
+With ``workload.filler`` (bubble filling), ``fill`` records are the filler's busy time, clipped
+to the iteration's span (a fill in the gap after a rank's last action may run past it):
+
+- ``utilization``: (training compute + filler) / span per rank, mean over ranks and iterations;
+  ``training_utilization``: compute / span (= 1 − ``bubble_ratio``);
+- ``filler_requests_per_s`` / ``filler_tokens_per_s``: requests (tokens) inside the spans over
+  the summed spans (a run of requests cut by the span counts in proportion);
+- ``filler_overrun_s``: how long training resumed after its awaited transfer had completed
+  because a request was still running, summed per rank, mean over ranks, median over iterations.
 """
 from __future__ import annotations
 
@@ -54,11 +64,14 @@ def percentile(values: list[float], q: float) -> float:
 
 def per_iteration(traces: dict[int, list[dict]]) -> list[dict[str, Any]]:
     """For each measured iteration: span (s) and per-rank busy and wait (s)."""
-    iters: dict[int, dict] = defaultdict(lambda: {"t0": [], "t1": [], "busy": {}, "wait": {}})
+    iters: dict[int, dict] = defaultdict(lambda: {"t0": [], "t1": [], "busy": {}, "wait": {},
+                                                  "fills": []})
     warm = set()
     for rank, recs in traces.items():
         for r in recs:
-            if r.get("type") == "iter":
+            if r.get("type") == "fill":
+                iters[r["iter"]]["fills"].append((rank, r))
+            elif r.get("type") == "iter":
                 d = iters[r["iter"]]
                 d["t0"].append(r["t0"])
                 d["t1"].append(r["t1"])
@@ -78,7 +91,23 @@ def per_iteration(traces: dict[int, list[dict]]) -> list[dict[str, Any]]:
         span = (max(d["t1"]) - min(d["t0"])) / 1e9
         out.append({"iter": it, "span_s": span,
                     "busy_s": {r: v / 1e9 for r, v in d["busy"].items()},
-                    "wait_s": {r: v / 1e9 for r, v in d["wait"].items()}})
+                    "wait_s": {r: v / 1e9 for r, v in d["wait"].items()},
+                    **_fills(d["fills"], min(d["t0"]), max(d["t1"]), d["busy"])})
+    return out
+
+
+def _fills(fills: list[tuple[int, dict]], t0: int, t1: int, ranks) -> dict[str, Any]:
+    """Per rank, the filler's time (s) and requests and tokens inside the span [t0, t1] (ns),
+    and its overrun (s): how long after the awaited transfer completed training resumed."""
+    out = {k: {r: 0.0 for r in ranks} for k in ("fill_s", "fill_requests", "fill_tokens",
+                                               "fill_overrun_s")}
+    for rank, f in fills:
+        inside = max(0, min(f["t1"], t1) - max(f["t0"], t0))
+        share = inside / (f["t1"] - f["t0"]) if f["t1"] > f["t0"] else 0.0
+        out["fill_s"][rank] += inside / 1e9
+        out["fill_requests"][rank] += f["requests"] * share
+        out["fill_tokens"][rank] += f["tokens"] * share
+        out["fill_overrun_s"][rank] += max(0, f["t1"] - f["arrived"]) / 1e9
     return out
 
 
@@ -108,6 +137,27 @@ def summarize(iters: list[dict], w: Workload) -> dict[str, Any]:
         "throughput_tokens_s": round(samples * w.model.seq_len / t, 2),
         "exposed_comm_s": round(statistics.median(exposed), 6),
         "iterations_measured": len(iters),
+        **(_filler_summary(iters) if w.filler is not None else {}),
+    }
+
+
+def _filler_summary(iters: list[dict]) -> dict[str, Any]:
+    """Utilization with the filler's work counted, and the filler's throughput."""
+    util, train = [], []
+    for i in iters:
+        util.append(statistics.fmean((b + i["fill_s"][r]) / i["span_s"]
+                                     for r, b in i["busy_s"].items()))
+        train.append(statistics.fmean(b / i["span_s"] for b in i["busy_s"].values()))
+    total = sum(i["span_s"] for i in iters)
+    return {
+        "utilization": round(statistics.fmean(util), 6),
+        "training_utilization": round(statistics.fmean(train), 6),
+        "filler_requests_per_s": round(sum(sum(i["fill_requests"].values())
+                                           for i in iters) / total, 3),
+        "filler_tokens_per_s": round(sum(sum(i["fill_tokens"].values()) for i in iters) / total,
+                                     1),
+        "filler_overrun_s": round(statistics.median(
+            statistics.fmean(i["fill_overrun_s"].values()) for i in iters), 6),
     }
 
 

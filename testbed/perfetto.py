@@ -1,7 +1,8 @@
 """Export a cell's traces as a Chrome trace-event file (opens in ui.perfetto.dev).
 
-One process per run, one thread (track) per rank; F, B, I, W, communication and waits each get
-their own colour. Times are microseconds from the earliest record.
+One process per run, one thread (track) per rank; F, B, I, W, communication, waits and filler
+requests (inside the waits they filled) each get their own colour. Times are microseconds from
+the earliest record.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from testbed.traceformat import TRACE_GLOB, read_trace
 # Chrome's reserved colour names (catapult's colour scheme)
 COLOURS = {"F": "thread_state_running", "B": "thread_state_iowait", "I": "rail_response",
            "W": "rail_animation", "wait": "terrible", "comm": "good", "OPT": "grey",
-           "ALLREDUCE": "yellow"}
+           "ALLREDUCE": "yellow", "fill": "olive"}
 
 
 def _colour(rec: dict) -> str:
@@ -51,6 +52,12 @@ def events(cell_dir: Path) -> list[dict]:
                             "cname": _colour(r),
                             "args": {"iter": r["iter"], "bytes": r.get("bytes", 0),
                                      "peer": r.get("peer")}})
+            elif r.get("type") == "fill":  # nested inside the wait it filled
+                out.append({"ph": "X", "name": f"fill ×{r['requests']}", "cat": "fill", "pid": 0,
+                            "tid": rank, "ts": (r["t0"] - base) / 1e3,
+                            "dur": (r["t1"] - r["t0"]) / 1e3, "cname": COLOURS["fill"],
+                            "args": {"iter": r["iter"], "at": _name(dict(r, kind=r["at"])),
+                                     "tokens": r["tokens"]}})
             elif r.get("type") == "iter":
                 out.append({"ph": "X", "name": f"iteration {r['iter']}" +
                             (" (warm-up)" if r["warmup"] else ""), "cat": "iteration", "pid": 1,

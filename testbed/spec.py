@@ -87,6 +87,30 @@ class Compute(Strict):
         return self
 
 
+class Filler(Strict):
+    """Bubble filling (BubbleTea-style): prefill requests of a small inference model, run by each
+    rank only inside idle gaps it measured at the same wait in the previous iteration."""
+
+    model: ModelSpec = Field(default_factory=lambda: ModelSpec(layers=2, hidden=256, heads=4,
+                                                               seq_len=128, vocab=1000))
+    prompt_tokens: int = Field(128, ge=1, le=1_048_576, description="tokens per prefill request")
+    mode: Literal["emulated", "real"] | None = Field(
+        None, description="real: a torch.no_grad() forward of the model; emulated: sleep "
+                          "prefill_ms; default: as workload.compute.mode")
+    prefill_ms: float = Field(5.0, gt=0, le=600_000,
+                              description="modelled time of one prefill request (emulated mode)")
+    margin_ms: float = Field(2.0, ge=0, le=600_000,
+                             description="safety margin: a request starts only if it is expected "
+                                         "to end this long before the predicted end of the gap")
+
+    @model_validator(mode="after")
+    def _prompt_fits(self) -> "Filler":
+        if self.prompt_tokens > self.model.seq_len:
+            raise ValueError(f"prompt_tokens={self.prompt_tokens} exceeds the filler model's "
+                             f"seq_len={self.model.seq_len}: lower it or raise model.seq_len")
+        return self
+
+
 class Workload(Strict):
     """The training job run in every cell."""
 
@@ -106,6 +130,8 @@ class Workload(Strict):
         None, ge=1, le=4096, description="most microbatches of activations a stage may hold; "
                                          "the cross-DC schedules (geopipe, crosspipe_*) are "
                                          "built within it (None: no limit)")
+    filler: Filler | None = Field(None, description="optional inference prefill run only inside "
+                                                    "measured idle gaps (ir executor)")
     iterations: int = Field(6, ge=1, le=100_000, description="total, warm-up included")
     warmup: int = Field(1, ge=0)
     seed: int = 0
@@ -116,7 +142,7 @@ class Workload(Strict):
         return self.parallel.pp * self.parallel.dp
 
     @model_validator(mode="after")
-    def _connections_need_ir(self) -> "Workload":
+    def _options_need_ir(self) -> "Workload":
         from testbed.schedule.registry import CROSS_DC_SCHEDULES
         if self.schedule in CROSS_DC_SCHEDULES and self.executor != "ir":
             raise ValueError(f"{self.schedule} needs executor: ir (torch's schedule classes "
@@ -124,7 +150,18 @@ class Workload(Strict):
         if self.connections > 1 and self.executor != "ir":
             raise ValueError(f"connections={self.connections} needs executor: ir (the torch "
                              "executor sends each tensor on one connection)")
+        if self.filler is not None and self.executor != "ir":
+            raise ValueError("filler needs executor: ir (the torch executor's waits are inside "
+                             "torch.distributed.pipelining, out of the filler's reach): set "
+                             "executor: ir or remove filler")
         return self
+
+    @property
+    def filler_mode(self) -> str | None:
+        """How the filler runs: its own mode, else the training compute's; None without one."""
+        if self.filler is None:
+            return None
+        return self.filler.mode or self.compute.mode
 
 
 class LinkOverrides(Strict):
@@ -767,7 +804,8 @@ def _make_cell(src: Source, topo: Topology, params: dict, index: int,
 # Fields added after cell ids were first published: hashed only when set, so that adding a
 # field does not change the id of every existing cell (and `run --resume` keeps working).
 ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic",
-                      "workload.connections": 1, "workload.memory_limit": None}
+                      "workload.connections": 1, "workload.memory_limit": None,
+                      "workload.filler": None}
 
 
 def cell_id(exp: Experiment) -> str:

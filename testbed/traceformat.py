@@ -17,6 +17,11 @@ Record types (field ``type``):
   RECV_F/RECV_B/SEND_WAIT/ALLREDUCE_WAIT/P2P_WAIT), stage, mb (microbatch or null), t0, t1, cat ("compute" | "comm" | "wait"), bytes (payload bytes, 0 for
   compute), peer (global rank or null). For compute, t0..t1 is pure compute; a ``wait`` record
   is time blocked on communication (e.g. waiting for an activation to arrive).
+- ``fill`` (only with ``workload.filler``): iter, at (the wait it filled: RECV_F/RECV_B/
+  SEND_WAIT/ALLREDUCE_WAIT, or TAIL for the barrier after the iteration), stage, mb, t0, t1
+  (the run of filler requests), requests, tokens, arrived (when the awaited transfer completed;
+  training resumed at max(t1, arrived)). The ``wait`` record around it still spans the whole
+  time the rank did no training work.
 - ``end``: status ("ok" | "error"), error (message or null), t (ns).
 
 Metrics only trust ``compute`` records as busy time; everything else in an iteration span is idle.

@@ -29,10 +29,11 @@ from testbed.errors import SpecError, Problem
 HEAD_COLUMNS = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
 BODY_COLUMNS = [
     "backend", "shaper", "placement", "placement_stage_dcs", "schedule", "executor",
-    "compute_mode", "pp", "dp", "chunks", "microbatches", "iteration_time_s", "iteration_time_p95_s", "bubble_ratio",
-    "bubble_ratio_max", "bubble_ratio_megatron", "throughput_tokens_s", "throughput_samples_s",
+    "compute_mode", "pp", "dp", "chunks", "microbatches", "iteration_time_s",
+    "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max", "bubble_ratio_megatron", "throughput_tokens_s", "throughput_samples_s",
     "exposed_comm_s", "predicted_iteration_time_s", "predicted_bubble_ratio",
-    "predicted_exposed_comm_s", "predicted_peak_inflight", "iterations_measured",
+    "predicted_exposed_comm_s", "predicted_peak_inflight", "utilization", "training_utilization",
+    "filler_requests_per_s", "filler_tokens_per_s", "filler_overrun_s", "iterations_measured",
     "delayline_drops", "queue_drops", "started_at", "duration_s",
 ]
 STATUSES = ("ok", "failed", "skipped")

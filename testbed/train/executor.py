@@ -10,6 +10,9 @@ Compute is either real (the model's forward/backward; I and W split the backward
 ``torch.autograd.grad`` and ``backward(inputs=…)``) or emulated: each F/B/I/W sleeps its
 modelled time and the activation/gradient tensors of the true shape (× bytes_scale) cross
 the network.
+
+With ``workload.filler`` every wait goes through the filler (``testbed.train.filler``), which
+runs inference prefill requests inside the gap it predicts there, then waits as before.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from testbed.schedule.ir import Action, Kind, Schedule
 from testbed.spec import Workload
 from testbed.train import model as M
 from testbed.train.trace import Tracer
-from testbed.train.transport import Transport
+from testbed.train.transport import Transfer, Transport
 
 ns = time.monotonic_ns
 
@@ -94,8 +97,10 @@ class Executor:
     """Runs iterations of the rank's action list; real or emulated compute."""
 
     def __init__(self, ctx: RankContext, w: Workload, tracer: Tracer,
-                 dp_group: Any | None = None, transport: Transport | None = None):
+                 dp_group: Any | None = None, transport: Transport | None = None,
+                 filler: Any | None = None):
         self.ctx, self.w, self.tr = ctx, w, tracer
+        self.filler = filler  # testbed.train.filler.Filler: prefill inside measured waits
         # P2P sends/receives, split over workload.connections TCP connections (transport.py)
         self.transport = transport or Transport()
         self.real = w.compute.mode == "real"
@@ -151,11 +156,18 @@ class Executor:
             if self.ctx.dp > 1 and self.grads_done_at.get(a.stage) == i:
                 reducing.append(self._start_allreduce(it, a.stage))
         t0 = ns()
-        for work in sends:
-            work.wait()
+        self._await(it, ("SEND_WAIT", None, None), Transfer(sends), t0)
         self.tr.action(it, "SEND_WAIT", None, None, t0, ns(), "wait")
         self._data_parallel(it, reducing)
         return sum(st.losses) / len(st.losses) if st.losses else None
+
+    def _await(self, it: int, point: tuple, work: Any, t0: int) -> None:
+        """Wait for ``work`` (anything with ``wait()``), begun at ``t0`` (ns); with a filler,
+        its requests run inside the gap predicted for wait ``point``."""
+        if self.filler is None:
+            work.wait()
+        else:
+            self.filler.wait(it, point, work, t0)
 
     def _post_receives(self) -> dict[tuple[Kind, int, int], tuple[Any, torch.Tensor]]:
         out = {}
@@ -182,7 +194,7 @@ class Executor:
         if a.kind in (Kind.RECV_F, Kind.RECV_B):
             work, buf, peer = recvs[(a.kind, a.stage, a.microbatch)]
             t0 = ns()
-            work.wait()
+            self._await(it, (a.kind.value, a.stage, a.microbatch), work, t0)
             self.tr.action(it, a.kind.value, a.stage, a.microbatch, t0, ns(), "wait",
                            buf.numel() * buf.element_size(), peer)
             target = st.inputs if a.kind is Kind.RECV_F else st.grads_in
@@ -284,8 +296,8 @@ class Executor:
             if reducing is None:
                 reducing = [self._start_allreduce(it, s) for s in self.stages]
             t0 = ns()
-            for _, work, _ in reducing:
-                work.wait()
+            self._await(it, ("ALLREDUCE_WAIT", None, None),
+                        Transfer([work for _, work, _ in reducing]), t0)
             self.tr.action(it, "ALLREDUCE_WAIT", None, None, t0, ns(), "wait")
             if self.real:
                 for stage, _, flat in reducing:

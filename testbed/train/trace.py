@@ -29,6 +29,15 @@ class Tracer:
         if self.actions:  # a tuple now, JSON at flush: keeps encoding off the timed path
             self._buf.append((it, kind, stage, mb, t0, t1, cat, nbytes, peer))
 
+    def fill(self, it: int, point: tuple, t0: int, t1: int, requests: int, tokens: int,
+             arrived: int) -> None:
+        """A run of filler requests inside the idle gap at wait ``point`` (kind, stage, mb);
+        ``arrived`` is when the awaited transfer completed (ns)."""
+        if self.actions:
+            kind, stage, mb = point
+            self._buf.append(dict(type="fill", iter=it, at=kind, stage=stage, mb=mb, t0=t0,
+                                  t1=t1, requests=requests, tokens=tokens, arrived=arrived))
+
     def flush(self) -> None:
         """Encode and write what was recorded (called between iterations, outside the
         timed part)."""

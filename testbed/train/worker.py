@@ -106,6 +106,7 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))
+    filler = None
     try:
         pp, dp = w.parallel.pp, w.parallel.dp
         groups = [dist.new_group([d * pp + s for d in range(dp)]) for s in range(pp)]
@@ -118,7 +119,7 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
                       dp_rank=ctx.dp_rank, stages=schedule.stages_of(ctx.pp_rank),
                       schedule=w.schedule, executor=w.executor, compute_mode=w.compute.mode,
                       microbatches=w.microbatches, microbatch_size=w.microbatch_size,
-                      connections=w.connections,
+                      connections=w.connections, filler_mode=w.filler_mode,
                       seq_len=w.model.seq_len, host=socket.gethostname(),
                       torch_version=torch.__version__, clock="monotonic")
         if w.executor == "torch":
@@ -126,14 +127,15 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
             pipes = pipeline_groups(pp, dp)
             ex = TorchExecutor(ctx, w, tracer, groups[ctx.pp_rank], pipes[ctx.dp_rank])
         else:
-            ex = Executor(ctx, w, tracer, groups[ctx.pp_rank], transport)
+            filler = _make_filler(w, tracer)
+            ex = Executor(ctx, w, tracer, groups[ctx.pp_rank], transport, filler)
         fault = _injected_fault(rank, cell.get("cell_id", ""))
         margin_ns = _start_margin_ns()
         late = 0
         for it in range(w.iterations):
             if it == fault:
                 raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
-            late += _start_together(margin_ns)
+            late += _start_together(margin_ns, _tail(filler, it - 1))
             if alternate:
                 tracer.actions = it % 2 == 0
             t0 = time.monotonic_ns()
@@ -141,7 +143,7 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
             tracer.record(type="iter", iter=it, warmup=it < w.warmup, t0=t0,
                           t1=time.monotonic_ns(), loss=loss)
             tracer.flush()
-        dist.barrier()
+        _tail(filler, w.iterations - 1)(dist.barrier(async_op=True))
         tracer.record(type="start_sync", margin_ms=margin_ns / 1e6, late_starts=late)
     except BaseException as e:
         # when it failed, before tearing the group down: the runner names the rank whose
@@ -149,6 +151,8 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         e.testbed_failed_at = time.monotonic_ns()
         raise
     finally:
+        if filler is not None:
+            filler.close()
         dist.destroy_process_group()
 
 
@@ -172,6 +176,24 @@ def _schedule(cell: dict, w):
     return generate(w.schedule, w.parallel.pp, w.microbatches, w.chunks)
 
 
+def _make_filler(w, tracer):
+    """The workload's filler (prefill inside measured idle gaps), or None."""
+    if w.filler is None:
+        return None
+    from testbed.train.filler import Filler
+    return Filler(w.filler, w.filler_mode, tracer, w.seed)
+
+
+def _tail(filler, it: int):
+    """How to wait for the barrier after iteration ``it``: the gap there (this rank done, a
+    later one still working) is filled like any other; plain ``wait`` without a filler or
+    before the first iteration."""
+    if filler is None or it < 0:
+        return lambda work: work.wait()
+    from testbed.train.filler import TAIL
+    return lambda work: filler.wait(it, TAIL, work, time.monotonic_ns())
+
+
 def _start_margin_ns() -> int:
     """How far ahead rank 0 must set the common start so every rank hears of it in time:
     twice the slowest of a few timed barriers (they cross the slowest link) plus 2 ms."""
@@ -187,15 +209,16 @@ def _start_margin_ns() -> int:
     return int(x.item()) * 2 + 2_000_000
 
 
-def _start_together(margin_ns: int) -> int:
+def _start_together(margin_ns: int, await_barrier=lambda work: work.wait()) -> int:
     """Start the iteration on every rank at the same instant. A barrier alone releases ranks
     up to two one-way delays apart across a slow link, and the late ones would count as
     pipeline bubble; so after it rank 0 names a start time ``margin_ns`` ahead (wall clock:
     shared by the namespaces of one machine, NTP-synchronised across lab hosts) and everyone
-    sleeps until then. Returns 1 if this rank heard of it too late (the start is skewed)."""
+    sleeps until then. Returns 1 if this rank heard of it too late (the start is skewed).
+    ``await_barrier`` waits for the barrier's work (the filler fills that wait)."""
     import torch
     import torch.distributed as dist
-    dist.barrier()
+    await_barrier(dist.barrier(async_op=True))
     start = torch.tensor([time.time_ns() + margin_ns], dtype=torch.int64)
     dist.broadcast(start, src=0)
     wait = (int(start.item()) - time.time_ns()) / 1e9
