@@ -157,9 +157,8 @@ def atlas(problem: PlacementProblem) -> list[Slot]:
         if not sets:
             continue
         if len(sets) * math.factorial(k) > ATLAS_MAX_ORDERS:
-            # too many to enumerate: take the largest DCs, in file order
+            # too many to enumerate: the k largest DCs (they fit, since some k DCs do)
             sets = [tuple(sorted(names, key=lambda n: -cap[n])[:k])]
-            sets = [c for c in sets if sum(cap[n] for n in c) >= problem.pp] or sets
         for subset in sets:
             for order in itertools.permutations(subset):
                 cost = sum(sum(problem.boundary_s(a, b)) for a, b in zip(order, order[1:]))
@@ -260,12 +259,13 @@ def cba(problem: PlacementProblem) -> list[Slot]:
 STRATEGIES = ("in_order", "atlas", "cba")
 
 
-def place(strategy: str, problem: PlacementProblem) -> list[Slot]:
-    """The slots of ``strategy`` (one of STRATEGIES); raises SpecError when it cannot place."""
+def place(strategy: str, topology: Topology, pp: int, dp: int,
+          problem: Callable[[], PlacementProblem]) -> list[Slot]:
+    """The slots of ``strategy`` (one of STRATEGIES); ``problem`` builds the link costs, which
+    only the link-aware strategies ask for. Raises SpecError when it cannot place."""
     if strategy == "in_order":
-        return in_order(problem.topology, problem.pp, problem.dp)
-    if strategy == "atlas":
-        return atlas(problem)
-    if strategy == "cba":
-        return cba(problem)
-    raise ValueError(f"unknown placement {strategy!r}; valid: {', '.join(STRATEGIES)}")
+        return in_order(topology, pp, dp)
+    link_aware = {"atlas": atlas, "cba": cba}
+    if strategy not in link_aware:
+        raise ValueError(f"unknown placement {strategy!r}; valid: {', '.join(STRATEGIES)}")
+    return link_aware[strategy](problem())

@@ -88,9 +88,6 @@ def plan_cell(exp: Experiment) -> CellPlan:
     """Placement, then the schedule for it. Raises SpecError (placement) or ValueError
     (compute times unknown, a schedule that cannot be built)."""
     w = exp.workload
-    if exp.placement == "in_order":
-        from testbed.placement import in_order
-        slots = in_order(exp.topology, w.parallel.pp, w.parallel.dp)
-    else:
-        slots = place(exp.placement, placement_problem(exp))
+    slots = place(exp.placement, exp.topology, w.parallel.pp, w.parallel.dp,
+                  lambda: placement_problem(exp))
     return CellPlan(slots, schedule_for(exp, slots))

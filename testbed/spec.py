@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from testbed.errors import Problem, SpecError
 from testbed.net.topology import MAX_DELAY_MS, LinkProfile, Step, Strict, Topology
 from testbed.placement import STRATEGIES, capacity_problem
-from testbed.schedule.registry import SCHEDULES, schedule_problems
+from testbed.schedule.registry import CROSS_DC_SCHEDULES, SCHEDULES, schedule_problems
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MATRIX_KEYWORDS = ("zip", "exclude")
@@ -116,7 +116,8 @@ class Workload(Strict):
 
     model: ModelSpec = Field(default_factory=ModelSpec)
     parallel: Parallel = Field(default_factory=Parallel)
-    schedule: str = Field("1f1b", description="one of: " + ", ".join(SCHEDULES))
+    schedule: str = Field("1f1b", description="one of: " + ", ".join(
+        [*SCHEDULES, *CROSS_DC_SCHEDULES]))
     chunks: int = Field(1, ge=1, le=16, description="virtual stages per rank")
     microbatches: int = Field(8, ge=1, le=4096)
     microbatch_size: int = Field(1, ge=1, le=4096)
@@ -143,7 +144,6 @@ class Workload(Strict):
 
     @model_validator(mode="after")
     def _options_need_ir(self) -> "Workload":
-        from testbed.schedule.registry import CROSS_DC_SCHEDULES
         if self.schedule in CROSS_DC_SCHEDULES and self.executor != "ir":
             raise ValueError(f"{self.schedule} needs executor: ir (torch's schedule classes "
                              "have no cross-DC-aware schedules)")

@@ -106,3 +106,14 @@ def test_capacity_problem_names_the_shortfall():
         "has pp=4")
     assert capacity_problem(_topo(4, 4), 4, 2, "atlas") is None
     assert "which has 1 hosts" in capacity_problem(_topo(4, 1), 4, 1, "in_order")
+
+
+def test_in_order_never_builds_link_costs():
+    from testbed.placement import place
+
+    def no_costs():
+        raise AssertionError("in_order asked for link costs")
+    slots = place("in_order", _topo(2, 2), 4, 1, no_costs)
+    assert [s.dc for s in slots] == ["dc1", "dc1", "dc2", "dc2"]
+    with pytest.raises(ValueError, match="valid: in_order, atlas, cba"):
+        place("random", _topo(2, 2), 4, 1, no_costs)

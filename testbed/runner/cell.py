@@ -127,13 +127,10 @@ PREDICTED = ("predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_
 
 
 def _plan(cell: Cell) -> CellPlan:
-    """The cell's placement and schedule; a placement or schedule that cannot be built is
-    the cell's failure (TestbedError), not a traceback."""
-    from testbed.errors import SpecError
+    """The cell's placement and schedule; a placement (SpecError) or schedule that cannot be
+    built is the cell's failure, not a traceback."""
     try:
         return plan_cell(cell.experiment)
-    except SpecError:
-        raise
     except ValueError as e:
         raise TestbedError(f"cannot plan the cell: {e}") from None
 

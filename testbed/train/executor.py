@@ -26,6 +26,7 @@ import torch.distributed as dist
 from testbed.schedule.ir import Action, Kind, Schedule
 from testbed.spec import Workload
 from testbed.train import model as M
+from testbed.train.filler import NoFiller
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transfer, Transport
 
@@ -100,7 +101,8 @@ class Executor:
                  dp_group: Any | None = None, transport: Transport | None = None,
                  filler: Any | None = None):
         self.ctx, self.w, self.tr = ctx, w, tracer
-        self.filler = filler  # testbed.train.filler.Filler: prefill inside measured waits
+        # every wait goes through it: testbed.train.filler.Filler fills the gap with prefill
+        self.filler = filler or NoFiller()
         # P2P sends/receives, split over workload.connections TCP connections (transport.py)
         self.transport = transport or Transport()
         self.real = w.compute.mode == "real"
@@ -156,18 +158,10 @@ class Executor:
             if self.ctx.dp > 1 and self.grads_done_at.get(a.stage) == i:
                 reducing.append(self._start_allreduce(it, a.stage))
         t0 = ns()
-        self._await(it, ("SEND_WAIT", None, None), Transfer(sends), t0)
+        self.filler.wait(it, ("SEND_WAIT", None, None), Transfer(sends), t0)
         self.tr.action(it, "SEND_WAIT", None, None, t0, ns(), "wait")
         self._data_parallel(it, reducing)
         return sum(st.losses) / len(st.losses) if st.losses else None
-
-    def _await(self, it: int, point: tuple, work: Any, t0: int) -> None:
-        """Wait for ``work`` (anything with ``wait()``), begun at ``t0`` (ns); with a filler,
-        its requests run inside the gap predicted for wait ``point``."""
-        if self.filler is None:
-            work.wait()
-        else:
-            self.filler.wait(it, point, work, t0)
 
     def _post_receives(self) -> dict[tuple[Kind, int, int], tuple[Any, torch.Tensor]]:
         out = {}
@@ -194,7 +188,7 @@ class Executor:
         if a.kind in (Kind.RECV_F, Kind.RECV_B):
             work, buf, peer = recvs[(a.kind, a.stage, a.microbatch)]
             t0 = ns()
-            self._await(it, (a.kind.value, a.stage, a.microbatch), work, t0)
+            self.filler.wait(it, (a.kind.value, a.stage, a.microbatch), work, t0)
             self.tr.action(it, a.kind.value, a.stage, a.microbatch, t0, ns(), "wait",
                            buf.numel() * buf.element_size(), peer)
             target = st.inputs if a.kind is Kind.RECV_F else st.grads_in
@@ -296,7 +290,7 @@ class Executor:
             if reducing is None:
                 reducing = [self._start_allreduce(it, s) for s in self.stages]
             t0 = ns()
-            self._await(it, ("ALLREDUCE_WAIT", None, None),
+            self.filler.wait(it, ("ALLREDUCE_WAIT", None, None),
                         Transfer([work for _, work, _ in reducing]), t0)
             self.tr.action(it, "ALLREDUCE_WAIT", None, None, t0, ns(), "wait")
             if self.real:

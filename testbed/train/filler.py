@@ -122,6 +122,16 @@ def real_prefill(spec: FillerSpec, seed: int) -> Callable[[], None]:
     return run
 
 
+class NoFiller:
+    """No bubble filling: every wait is a plain wait (what ranks do without workload.filler)."""
+
+    def wait(self, it: int, point: tuple, work: Any, t0: int) -> None:
+        work.wait()
+
+    def close(self) -> None:
+        pass
+
+
 class Filler:
     """Runs prefill requests inside the measured idle gaps of one rank and traces them as
     ``fill`` records (one per run of requests)."""

@@ -106,7 +106,8 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))
-    filler = None
+    from testbed.train.filler import NoFiller
+    filler = NoFiller()
     try:
         pp, dp = w.parallel.pp, w.parallel.dp
         groups = [dist.new_group([d * pp + s for d in range(dp)]) for s in range(pp)]
@@ -151,8 +152,7 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         e.testbed_failed_at = time.monotonic_ns()
         raise
     finally:
-        if filler is not None:
-            filler.close()
+        filler.close()
         dist.destroy_process_group()
 
 
@@ -177,20 +177,18 @@ def _schedule(cell: dict, w):
 
 
 def _make_filler(w, tracer):
-    """The workload's filler (prefill inside measured idle gaps), or None."""
-    if w.filler is None:
-        return None
-    from testbed.train.filler import Filler
-    return Filler(w.filler, w.filler_mode, tracer, w.seed)
+    """The workload's filler (prefill inside measured idle gaps), or a NoFiller."""
+    from testbed.train.filler import Filler, NoFiller
+    return NoFiller() if w.filler is None else Filler(w.filler, w.filler_mode, tracer, w.seed)
 
 
 def _tail(filler, it: int):
     """How to wait for the barrier after iteration ``it``: the gap there (this rank done, a
-    later one still working) is filled like any other; plain ``wait`` without a filler or
-    before the first iteration."""
-    if filler is None or it < 0:
-        return lambda work: work.wait()
+    later one still working) is filled like any other; a plain wait before the first
+    iteration (no gap has been measured, and start-up skew is not a bubble)."""
     from testbed.train.filler import TAIL
+    if it < 0:
+        return lambda work: work.wait()
     return lambda work: filler.wait(it, TAIL, work, time.monotonic_ns())
 
 
