@@ -63,12 +63,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from testbed.plan import capacity_problems
     from testbed.spec import load_experiment
 
     failed: list[SpecError] = []
     for path in args.experiment:
         try:
             le = load_experiment(path)
+            problems = capacity_problems(le)
+            if problems:
+                raise SpecError(problems)
             print(f"{path}: ok ({len(le.cells)} cells × {le.experiment.repeat} repeats)")
         except SpecError as e:
             failed.append(e)
@@ -81,26 +85,46 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from testbed.plan import plan_all
     from testbed.spec import load_experiment
 
     le = load_experiment(args.experiment)
-    print_plan(le, Console())
+    print_plan(le, plan_all(le), Console(width=None if sys.stdout.isatty() else 160))
     return EXIT_OK
 
 
-def print_plan(le, console: Console) -> None:
-    """Print the cells of a loaded experiment as a table."""
+def print_plan(le, plans, console: Console) -> None:
+    """Print the planned cells of a loaded experiment as a table: parameters, where each
+    stage runs and the simulator's prediction."""
     exp = le.experiment
     axes = list(le.cells[0].params) if le.cells else []
-    table = Table(title=f"{exp.name}: {len(le.cells)} cells × {exp.repeat} repeats "
+    table = Table(title=f"{exp.name}: {len(plans)} cells × {exp.repeat} repeats "
                         f"(backend {exp.backend}, shaper {exp.shaper}, topology {exp.topology.name})")
-    table.add_column("#", justify="right")
-    table.add_column("cell id")
-    for a in axes:
-        table.add_column(a)
-    for c in le.cells:
-        table.add_row(str(c.index), c.cell_id, *(str(c.params[a]) for a in axes))
+    for name in ["#", "cell id", *(a.rsplit(".", 1)[-1] for a in axes), "stage DCs",
+                 "pred iter s", "pred bubble"]:
+        table.add_column(name, justify="right" if name.startswith(("#", "pred")) else "left",
+                         no_wrap=True)
+    for p in plans:
+        pred = p.prediction
+        table.add_row(str(p.cell.index), p.cell.cell_id, *(str(p.cell.params[a]) for a in axes),
+                      _runs(p.stage_dcs), _num(pred.get("predicted_iteration_time_s")),
+                      _num(pred.get("predicted_bubble_ratio")))
     console.print(table)
+
+
+def _runs(names: list[str]) -> str:
+    """``a a b`` as ``a×2 b``: the DC of each stage, consecutive repeats counted."""
+    out: list[list] = []
+    for n in names:
+        if out and out[-1][0] == n:
+            out[-1][1] += 1
+        else:
+            out.append([n, 1])
+    return " ".join(n if k == 1 else f"{n}×{k}" for n, k in out)
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.4g}"
 
 
 def _probe(args: argparse.Namespace) -> int:

@@ -28,23 +28,13 @@ from typing import Callable
 import numpy as np
 
 from testbed.errors import Problem, SpecError
+from testbed.launch.cellfile import Slot
 from testbed.net.topology import Topology
 
 log = logging.getLogger(__name__)
 
 CBA_CANDIDATES = 8  # ILP solutions the simulator re-ranks
 ATLAS_MAX_ORDERS = 200_000  # DC subsets × chain orders atlas may enumerate
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where one rank runs."""
-
-    rank: int
-    pp_rank: int
-    dp_rank: int
-    dc: str
-    host_index: int
 
 
 @dataclass(frozen=True)
@@ -256,7 +246,7 @@ def cba(problem: PlacementProblem) -> list[Slot]:
     return placed[best]
 
 
-STRATEGIES = ("in_order", "atlas", "cba")
+from testbed.spec import STRATEGIES  # noqa: F401 (the names the experiment file accepts)
 
 
 def place(strategy: str, topology: Topology, pp: int, dp: int,

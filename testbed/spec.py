@@ -23,11 +23,11 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from testbed.errors import Problem, SpecError
 from testbed.net.topology import MAX_DELAY_MS, LinkProfile, Step, Strict, Topology
-from testbed.placement import STRATEGIES, capacity_problem
 from testbed.schedule.registry import CROSS_DC_SCHEDULES, SCHEDULES, schedule_problems
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MATRIX_KEYWORDS = ("zip", "exclude")
+STRATEGIES = ("in_order", "atlas", "cba")  # placement strategies (testbed.placement)
 Loc = tuple[Any, ...]
 
 
@@ -614,10 +614,6 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
         out.append((("workload", "parallel"), f"pp × dp = {w.parallel.pp} × {w.parallel.dp} = "
                     f"{w.world_size} ranks need {w.world_size} hosts; the topology "
                     f"{exp.topology.name!r} has {hosts}"))
-    if w.world_size <= hosts:
-        why = capacity_problem(exp.topology, w.parallel.pp, w.parallel.dp, exp.placement)
-        if why:
-            out.append((("placement",), why))
     if exp.backend == "remote" and exp.remote is None:
         out.append((("backend",), "backend remote needs a remote section naming the lab's "
                                   "inventory: remote: {inventory: lab.ini}"))

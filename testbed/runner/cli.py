@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -10,17 +9,15 @@ from pathlib import Path
 from rich.console import Console
 
 from testbed.errors import EXIT_OK, MachineError
+from testbed.runner import columns
 
 
 def add_subcommands(sub) -> None:
-    """Register ``report``, and ``run`` once the cell lifecycle's network/worker layer
-    (``testbed.runner.netops``) exists: until then the CLI does not offer a run that cannot work."""
+    """Register ``report`` and ``run``."""
     r = sub.add_parser("report", help="rebuild summary.md and plots/ from a run's results.csv",
                        description="Rebuild summary.md and plots/ from RUN_DIR/results.csv.")
     r.add_argument("run_dir", type=Path)
     r.set_defaults(func=_report)
-    if importlib.util.find_spec("testbed.runner.netops") is None:
-        return
     p = sub.add_parser("run", help="run an experiment: every cell of its matrix",
                        description="Build the network, run the workers and write results for "
                                    "every cell. Needs root.")
@@ -38,13 +35,15 @@ def add_subcommands(sub) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from testbed.cli import print_plan
+    from testbed.plan import plan_all
     from testbed.runner.report import build_report, results_table
     from testbed.runner.run import Interrupted, RunOptions, run_experiment
     from testbed.spec import load_experiment
 
     console = Console(width=None if sys.stdout.isatty() else 120)  # CI logs: no squeezing
     if args.dry_run:
-        print_plan(load_experiment(args.experiment), console)
+        le = load_experiment(args.experiment)
+        print_plan(le, plan_all(le), console)
         return EXIT_OK
     if os.geteuid() != 0:
         raise MachineError("`run` needs root (namespaces, tc, iptables)",
@@ -62,16 +61,12 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-SHORT_NAMES = {"iteration_time_s": "iter s", "bubble_ratio": "bubble",
-               "throughput_tokens_s": "tokens/s", "exposed_comm_s": "comm wait s"}
-
-
 def _print_results(console: Console, store, table) -> None:
     from rich.table import Table
 
     t = Table(title="results")
     for c in table.columns:
-        t.add_column(SHORT_NAMES.get(c, c.rsplit(".", 1)[-1]), no_wrap=True)
+        t.add_column(columns.SHORT_TITLES.get(c, c.rsplit(".", 1)[-1]), no_wrap=True)
     for row in table.itertuples(index=False):
         t.add_row(*(_cell(v) for v in row))
     console.print(t)

@@ -38,17 +38,18 @@ def add_subcommands(sub) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from testbed.sim import predict
+    from testbed.plan import plan_all, predict
     from testbed.spec import load_experiment
 
     if args.memory_limit is not None and args.memory_limit < 1:
         raise SpecError([Problem("--memory-limit", 0, 0, "", "must be at least 1 microbatch")])
     le = load_experiment(args.experiment)
-    rows = [(c, predict(c.experiment, args.memory_limit)) for c in le.cells]
+    plans = plan_all(le)
+    rows = [(p.cell, predict(p, args.memory_limit)) for p in plans]
     console = Console(width=None if sys.stdout.isatty() else 160)  # logs: no squeezing
     console.print(_table(le, rows, args.memory_limit))
     if args.timeline:
-        return _write_timeline(le, args.cell, args.timeline)
+        return _write_timeline(le, plans, args.cell, args.timeline)
     return EXIT_OK
 
 
@@ -73,16 +74,16 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _write_timeline(le, cell_id: str | None, out: Path) -> int:
+def _write_timeline(le, plans, cell_id: str | None, out: Path) -> int:
     from testbed.sim import run
 
-    cells = [c for c in le.cells if cell_id in (None, c.cell_id)]
-    if not cells:
+    chosen = [p for p in plans if cell_id in (None, p.cell.cell_id)]
+    if not chosen:
         ids = ", ".join(c.cell_id for c in le.cells)
         raise SpecError([Problem(str(le.path), 0, 0, "--cell", f"no cell {cell_id!r}; "
                                                                 f"cells: {ids}")])
-    cell = cells[0]
-    res = run(cell.experiment)
+    cell = chosen[0].cell
+    res = run(chosen[0].sim_input())
     if out.suffix == ".json":
         spans = [vars(s) for s in res.spans]
         out.write_text(json.dumps({"cell_id": cell.cell_id, "params": cell.params,

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
+
+from testbed.launch.cellfile import CellFile, CellFileError
+from testbed.schedule.generators import generate
+from testbed.schedule.lower import lower
+from testbed.schedule.registry import CROSS_DC_SCHEDULES
 
 DEFAULT_TIMEOUT_S = 600
 ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -38,13 +42,12 @@ def read_env() -> dict[str, str]:
     return {k: os.environ[k] for k in ENV}
 
 
-def read_cell(path: Path) -> dict:
+def read_cell(path: Path) -> CellFile:
+    """The cell file; raises WorkerFailure when it cannot be read."""
     try:
-        cell = json.loads(Path(path).read_text(encoding="utf-8"))
-        cell["workload"], cell["placement"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise WorkerFailure(f"cannot read cell {path}: {e}") from None
-    return cell
+        return CellFile.read(path)
+    except CellFileError as e:
+        raise WorkerFailure(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,21 +87,20 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {head}" if head else type(e).__name__
 
 
-def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> None:
+def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
-    from testbed.schedule.lower import lower
-    from testbed.spec import Workload
     from testbed.train.executor import Executor, RankContext
 
-    w = Workload.model_validate(cell["workload"])
+    w = cell.workload
     rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
     if world != w.world_size:
         raise WorkerFailure(f"WORLD_SIZE={world} but the workload has pp×dp={w.world_size}")
-    slot = next((p for p in cell["placement"] if p["rank"] == rank), None)
-    if slot is None:
-        raise WorkerFailure(f"rank {rank} is not in the cell's placement")
+    try:
+        slot = cell.slot_of(rank)
+    except CellFileError as e:
+        raise WorkerFailure(str(e)) from None
     torch.set_num_threads(1)  # ranks share a few cores; threads would only fight
     timeout = float(os.environ.get("TESTBED_TIMEOUT_S", DEFAULT_TIMEOUT_S))
     # gloo carries CPU tensors; with CUDA present NCCL is registered for CUDA tensors too
@@ -115,7 +117,7 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         from testbed.train.transport import Transport, connection_groups
         transport = Transport(connection_groups(w.connections))
         schedule = lower(_schedule(cell, w))
-        ctx = RankContext(rank, slot["pp_rank"], slot["dp_rank"], pp, dp, schedule)
+        ctx = RankContext(rank, slot.pp_rank, slot.dp_rank, pp, dp, schedule)
         tracer.record(type="meta", rank=rank, world_size=world, pp_rank=ctx.pp_rank,
                       dp_rank=ctx.dp_rank, stages=schedule.stages_of(ctx.pp_rank),
                       schedule=w.schedule, executor=w.executor, compute_mode=w.compute.mode,
@@ -130,7 +132,7 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         else:
             filler = _make_filler(w, tracer)
             ex = Executor(ctx, w, tracer, groups[ctx.pp_rank], transport, filler)
-        fault = _injected_fault(rank, cell.get("cell_id", ""))
+        fault = _injected_fault(rank, cell.cell_id)
         margin_ns = _start_margin_ns()
         late = 0
         for it in range(w.iterations):
@@ -156,15 +158,11 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         dist.destroy_process_group()
 
 
-def _schedule(cell: dict, w):
+def _schedule(cell: CellFile, w):
     """The cell's compute-only schedule: the one the runner planned (``cell.json``), else the
     standard generator's; cross-DC schedules exist only as planned ones."""
-    from testbed.schedule.generators import generate
-    from testbed.schedule.ir import Schedule
-    from testbed.schedule.registry import CROSS_DC_SCHEDULES
-
-    if "schedule" in cell:
-        s = Schedule.from_dict(cell["schedule"])
+    s = cell.planned_schedule()
+    if s is not None:
         if (s.name, s.pp, s.microbatches) != (w.schedule, w.parallel.pp, w.microbatches):
             raise WorkerFailure(f"cell.json's schedule is {s.name} for pp={s.pp}, "
                                 f"m={s.microbatches}; the workload says {w.schedule}, "

@@ -4,13 +4,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import subprocess
-import sys
+from abc import ABC, abstractmethod
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from pathlib import Path, PurePath
+from typing import IO, Any
 
 from testbed.errors import CommandError
 from testbed.net.ledger import Ledger
+from testbed.net.shaping.interface import Shaper
 from testbed.net.topology import ResolvedLink, Topology
 
 RUN_TIMEOUT_S = 60.0
@@ -87,32 +89,72 @@ class Network:
         self.ledger.add_process(proc.pid)
         return proc
 
-    def start_worker(self, node: Node, rank: int, env: dict[str, str], cell_dir: Path,
-                     log_file) -> Any:
-        """Start rank ``rank``'s worker inside ``node`` with the torchrun-style ``env``, its
-        output into ``log_file`` and its trace into ``cell_dir``; returns a Popen-like handle
-        (``poll``, ``terminate``, ``kill``, ``wait``). Remote networks override this."""
-        argv = [sys.executable, "-m", "testbed.train.worker",
-                "--cell", str(cell_dir / "cell.json"), "--out", str(cell_dir)]
-        return self.popen(node, argv, env=dict(os.environ, **env, GLOO_SOCKET_IFNAME=node.iface),
-                          stdout=log_file, stderr=log_file)
+    def files_dir(self, node: Node, local_dir: Path) -> PurePath:
+        """Where a process started in ``node`` finds the files of ``local_dir`` (a cell
+        directory on this machine): the same directory here; lab hosts override it."""
+        return local_dir
+
+    def put(self, node: Node, local: Path, there: PurePath) -> None:
+        """Copy ``local`` to ``there`` on ``node`` (nothing to do on this machine)."""
+
+    def start(self, node: Node, argv: list[str], env: dict[str, str], log_file: IO[bytes],
+              outputs: list[tuple[PurePath, Path]] = ()) -> Any:
+        """Start ``argv`` inside ``node`` with ``env`` added to the environment, its output
+        into ``log_file``; ``outputs`` (file there, file here) are brought here when it
+        exits (nothing to do on this machine). Returns a Popen-like handle (``poll``,
+        ``terminate``, ``kill``, ``wait``, ``returncode``), stopped by teardown at the latest."""
+        return self.popen(node, argv, env=dict(os.environ, **env), stdout=log_file,
+                          stderr=log_file)
 
     def teardown(self) -> None:
         """Remove everything this network made; safe to call twice."""
         self.backend.teardown(self)
 
 
-class Backend(Protocol):
-    """Builds a Network from a Topology; runs argv in its nodes; tears it down."""
+class Backend(ABC):
+    """Turns topologies into shaped Networks. One interface for namespaces, Mininet and lab
+    hosts: the runner never asks which it has. Use as a context manager: ``open`` connects to
+    what the backend needs (lab hosts), ``close`` lets go of it."""
 
-    name: str
+    name: str = "base"
 
-    def build(self, topology: Topology, links: list[ResolvedLink], ledger: Ledger) -> Network: ...
+    def __enter__(self) -> "Backend":
+        self.open()
+        return self
 
-    def argv_in(self, node: Node, argv: list[str]) -> list[str]: ...
+    def __exit__(self, *exc) -> None:
+        self.close()
 
-    def teardown(self, net: Network) -> None: ...
+    def open(self) -> None:
+        """Connect to and check what this backend runs on; raises MachineError or RemoteError."""
+
+    def close(self) -> None:
+        """Let go of what ``open`` connected to; idempotent."""
+
+    @abstractmethod
+    def shaper_choice(self, requested: str) -> tuple[str, str]:
+        """(shaper name, reason) for ``requested`` (auto | netem | delayline) on this backend;
+        raises MachineError when it cannot be had here."""
+
+    @abstractmethod
+    def bring_up(self, topology: Topology, links: list[ResolvedLink], shaper: str,
+                 workdir: Path, stack: ExitStack) -> tuple[Network, Shaper]:
+        """Build the network, shape it and read the shaping back; the undo of every step is
+        pushed on ``stack``. ``workdir`` receives the network's own records. Raises
+        NetworkError/ShapingError after removing whatever was made."""
+
+    @abstractmethod
+    def build(self, topology: Topology, links: list[ResolvedLink], ledger: Ledger) -> Network:
+        """Realise ``topology`` (unshaped); on failure remove what was made and raise."""
+
+    @abstractmethod
+    def argv_in(self, node: Node, argv: list[str]) -> list[str]:
+        """``argv`` wrapped to run inside ``node``."""
+
+    @abstractmethod
+    def teardown(self, net: Network) -> None:
+        """Remove everything ``net`` made; idempotent."""
 
     def host_port(self, net: Network, dc: str, j: int) -> tuple[Node, str]:
         """The node and interface on the DC side of host j's link (for intra-DC shaping)."""
-        ...
+        raise NotImplementedError(f"backend {self.name} has no host ports")
