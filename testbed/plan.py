@@ -40,7 +40,7 @@ def crossdc_context(exp: Experiment, slots: list[Slot]) -> CrossDCContext:
     from testbed.sim.inputs import Network, message_bytes, stage_times
 
     w = exp.workload
-    net, nbytes = Network(exp), message_bytes(exp)
+    net, nbytes = Network(exp), message_bytes(w)
     t = stage_times(exp)[0]
     pipe = [s for s in slots if s.dp_rank == 0]
     bounds = {}
@@ -80,7 +80,7 @@ def placement_problem(exp: Experiment) -> PlacementProblem:
 
     return PlacementProblem(
         exp.network_topology(), w.parallel.pp, w.parallel.dp, w.microbatches, t.f, t.b,
-        message_bytes(exp), cost, lambda n, c: Path((), c.rate_bps, c.delay_s).serialization_s(n),
+        message_bytes(w), cost, lambda n, c: Path((), c.rate_bps, c.delay_s).serialization_s(n),
         evaluate)
 
 

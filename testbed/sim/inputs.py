@@ -19,8 +19,8 @@ from testbed.schedule.lower import lower
 from testbed.sim import calibration as C
 from testbed.sim.engine import Path, SimInput, StageTimes
 from testbed.spec import Experiment
-
-FLOAT32_BYTES = 4
+from testbed.spec.workload import (FLOAT32_BYTES, ComputeTimes, bytes_factor, message_bytes,
+                                   stage_params)
 
 
 def _hop(name: str, p: LinkProfile) -> tuple[str | None, float | None, float]:
@@ -77,35 +77,15 @@ class Network:
 def stage_times(exp: Experiment) -> list[StageTimes]:
     """Emulated F/B/W per virtual stage, from the executor's own ``ComputeTimes``; raises
     ValueError when the workload gives neither times nor a device with a known peak."""
-    from testbed.train.executor import ComputeTimes
-
     w = exp.workload
     n = w.parallel.pp * w.chunks
     return [ComputeTimes.from_workload(w, s, n) for s in range(n)]
-
-
-def _bytes_factor(exp: Experiment) -> float:
-    """The executor's: emulated tensors are float32 × bytes_scale (× 0.5 for bfloat16)."""
-    c = exp.workload.compute
-    if c.mode == "real":
-        return 1.0
-    return c.bytes_scale * (0.5 if c.dtype == "bfloat16" else 1.0)
-
-
-def message_bytes(exp: Experiment) -> int:
-    """Bytes of one activation (or its gradient) between stages, as the executor sends it."""
-    from testbed.train.model import activation_numel
-
-    w = exp.workload
-    return activation_numel(w.model, w.microbatch_size, _bytes_factor(exp)) * FLOAT32_BYTES
 
 
 def _allreduce_s(exp: Experiment, net: Network, slots: list[Slot],
                  schedule: Schedule) -> list[float]:
     """Ring all-reduce time of each pipeline rank's gradients over its dp replicas: 2(d−1)
     steps, each moving 1/d of the gradients over the slowest edge of the ring."""
-    from testbed.train.model import stage_params
-
     w = exp.workload
     d, pp, n = w.parallel.dp, w.parallel.pp, w.parallel.pp * w.chunks
     if d == 1:
@@ -113,7 +93,7 @@ def _allreduce_s(exp: Experiment, net: Network, slots: list[Slot],
     out = []
     for p in range(pp):
         numel = sum(stage_params(w.model, s, n) for s in schedule.stages_of(p))
-        chunk = max(1, int(numel * _bytes_factor(exp))) * FLOAT32_BYTES / d
+        chunk = max(1, int(numel * bytes_factor(w))) * FLOAT32_BYTES / d
         ring = [slots[i * pp + p] for i in range(d)]
         step = max(net.path(a, b).serialization_s(int(chunk)) + net.path(a, b).delay_s
                    + C.MESSAGE_LATENCY_S for a, b in zip(ring, ring[1:] + ring[:1]))
@@ -143,5 +123,5 @@ def build_input(exp: Experiment, slots: list[Slot], compute_schedule: Schedule) 
                 if a != b:
                     src, dst = slots[d * pp + a], slots[d * pp + b]
                     paths[(src.rank, dst.rank)] = net.path(src, dst)
-    return SimInput(schedule, stage_times(exp), message_bytes(exp), dp, paths,
+    return SimInput(schedule, stage_times(exp), message_bytes(w), dp, paths,
                     _allreduce_s(exp, net, slots, schedule))
