@@ -8,6 +8,7 @@ current directory, then to the project) or an inline mapping with the fields of
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +19,14 @@ from testbed.net.topology import MAX_DELAY_MS, Step, Topology
 from testbed.schedule.registry import schedule_problems
 from testbed.spec.matrix import Cell, cell_id, params_text, parse_matrix
 from testbed.spec.models import Experiment
-from testbed.spec.source import Loc, Source, pydantic_problems, read_source
+from testbed.spec.source import Loc, Source, pydantic_problems, read_bounded, read_source
 from testbed.spec.workload import stage_forward_ms
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# A link trace (trace_csv) is read whole and its steps are part of every cell (and hashed into
+# its id): 64 KiB is 3,000-13,000 rows, more steps than a cell runs seconds (timeout_s defaults
+# to 600), and a 6-cell file with a trace at the cap validates in well under 2 s here.
+MAX_TRACE_BYTES = 64 << 10
 
 
 @dataclass
@@ -246,19 +251,23 @@ def _load_link_traces(topo: Topology, src: Source, prefix: Loc) -> list[Problem]
 
 def steps_from_csv(path: Path) -> list[Step]:
     """Read a link trace: a CSV whose header has ``at_s`` and LinkProfile fields (delay_ms,
-    rate_mbit, loss_pct, jitter_ms, …); empty cells leave a field unchanged. Raises ValueError
-    naming the row that is wrong."""
+    rate_mbit, loss_pct, jitter_ms, …); empty cells leave a field unchanged. Raises OSError
+    when it cannot be read, ValueError when it is not a regular UTF-8 file of at most
+    MAX_TRACE_BYTES or names the row that is wrong."""
+    try:
+        text = read_bounded(path, MAX_TRACE_BYTES).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text (byte {e.start})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if not reader.fieldnames or "at_s" not in reader.fieldnames:
+        raise ValueError("needs a header row with an at_s column")
     steps = []
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        if not reader.fieldnames or "at_s" not in reader.fieldnames:
-            raise ValueError("needs a header row with an at_s column")
-        for n, row in enumerate(reader, start=2):
-            values = {k.strip(): v.strip() for k, v in row.items() if k and v and v.strip()}
-            try:
-                steps.append(Step(**values))
-            except ValidationError as e:
-                first = e.errors()[0]
-                field_name = ".".join(str(x) for x in first["loc"])
-                raise ValueError(f"row {n}, {field_name}: {first['msg']}") from None
+    for n, row in enumerate(reader, start=2):
+        values = {k.strip(): v.strip() for k, v in row.items() if k and v and v.strip()}
+        try:
+            steps.append(Step(**values))
+        except ValidationError as e:
+            first = e.errors()[0]
+            field_name = ".".join(str(x) for x in first["loc"])
+            raise ValueError(f"row {n}, {field_name}: {first['msg']}") from None
     return steps

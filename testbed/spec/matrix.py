@@ -10,6 +10,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -21,6 +22,9 @@ from testbed.spec.models import Experiment
 from testbed.spec.source import Loc, Source, model_in
 
 MATRIX_KEYWORDS = ("zip", "exclude")
+# Most cells one file may make. A cell runs for half a minute or more, so 10,000 cells are days
+# of runs; validating them all takes about 1.5 s here. The size is known before expanding.
+MAX_CELLS = 10_000
 
 # Fields added after cell ids were first published: hashed only when set, so that adding a
 # field does not change the id of every existing cell (and `run --resume` keeps working).
@@ -91,6 +95,11 @@ def parse_matrix(src: Source, problems: list[Problem]) -> Matrix | None:
     axes = _matrix_axes(src, matrix, problems)
     excludes = _matrix_excludes(src, matrix, problems)
     if axes is None or excludes is None:
+        return None
+    size = math.prod(len(next(iter(g.values()))) for g in axes)
+    if size > MAX_CELLS:
+        problems.append(src.problem(("matrix",), f"makes {size:,} cells, over the cap of "
+                                    f"{MAX_CELLS:,} per file: split the sweep into several files"))
         return None
     return Matrix(axes, excludes)
 

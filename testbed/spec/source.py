@@ -1,7 +1,16 @@
 """Positioned YAML: a parsed file that knows the line and column of every key and item, and the
-translation of pydantic's errors into :class:`testbed.errors.Problem` at those positions."""
+translation of pydantic's errors into :class:`testbed.errors.Problem` at those positions.
+
+Input files may be hostile; reading them is bounded. Only regular files are read (a FIFO or a
+device would block or never end), up to a size cap; the text must be UTF-8. YAML anchors and
+aliases are refused outright: an alias repeats a subtree, so a few lines of them expand into
+billions of values ("billion laughs"), and an aliased mapping is shared, so a matrix value set
+in one place would silently change the other. Nesting is capped (PyYAML composes recursively).
+"""
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +21,17 @@ from pydantic import BaseModel, ValidationError
 from testbed.errors import Problem, SpecError
 
 Loc = tuple[Any, ...]
+
+# Experiment and topology files are a few KB (the largest shipped is 2 KB). PyYAML (pure Python)
+# parses the densest YAML ("[0,0,0,…]") at about 110 KiB/s of CPU here: 128 KiB keeps
+# `validate` of any file near 1 s (benchmarks/bench_hostile.py).
+MAX_YAML_BYTES = 128 << 10
+# Deeper than any field path of an experiment file (about 8 levels), far below Python's
+# recursion limit (PyYAML composes nodes recursively).
+MAX_YAML_DEPTH = 32
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
 
 
 @dataclass
@@ -38,16 +58,47 @@ def _dotted(loc: Loc) -> str:
     return ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
 
 
+class _Refused(yaml.MarkedYAMLError):
+    """YAML that is well-formed but not accepted (anchors, aliases, deep nesting)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing anchors, aliases and nesting deeper than MAX_YAML_DEPTH
+    before it composes them."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise _Refused(problem="YAML anchors (&name) and aliases (*name) are not supported: "
+                                   "write the values out", problem_mark=event.start_mark)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise _Refused(problem=f"nested deeper than {MAX_YAML_DEPTH} levels",
+                           problem_mark=event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def parse_yaml(text: str, file: str) -> Source:
-    """Parse YAML text, recording positions; raises SpecError on syntax errors or duplicate keys."""
+    """Parse YAML text, recording positions; raises SpecError on syntax errors, duplicate keys,
+    characters YAML does not allow, anchors/aliases and nesting deeper than MAX_YAML_DEPTH."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loader = _BoundedLoader(text)
+    except yaml.YAMLError as e:  # the reader checks every character first
+        raise SpecError([_yaml_problem(e, text, file)]) from None
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-        msg = getattr(e, "problem", None) or str(e)
-        raise SpecError([Problem(file, line, col, "", f"YAML syntax: {msg}")]) from None
+        raise SpecError([_yaml_problem(e, text, file)]) from None
+    finally:
+        loader.dispose()
     src = Source(file, data)
     dupes: list[Problem] = []
     if node is not None:
@@ -55,6 +106,24 @@ def parse_yaml(text: str, file: str) -> Source:
     if dupes:
         raise SpecError(dupes)
     return src
+
+
+def _yaml_problem(e: yaml.YAMLError, text: str, file: str) -> Problem:
+    """One line, at the error's position when it has one."""
+    if isinstance(e, yaml.reader.ReaderError):
+        line, col = _line_col(text, e.position)
+        char = e.character if isinstance(e.character, int) else ord(e.character)
+        return Problem(file, line, col, "", f"unacceptable character #x{char:04x}: {e.reason}")
+    mark = getattr(e, "problem_mark", None)
+    line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+    msg = getattr(e, "problem", None) or " ".join(str(e).split())
+    return Problem(file, line, col, "", msg if isinstance(e, _Refused) else f"YAML syntax: {msg}")
+
+
+def _line_col(text: str, offset: int) -> tuple[int, int]:
+    """1-based (line, column) of character ``offset`` in ``text``."""
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
 
 
 def _walk(node: yaml.Node, loc: Loc, src: Source, dupes: list[Problem]) -> None:
@@ -77,12 +146,46 @@ def _walk(node: yaml.Node, loc: Loc, src: Source, dupes: list[Problem]) -> None:
 
 
 def read_source(path: Path) -> Source:
-    """Read and parse a YAML file; raises SpecError when it is missing or unreadable."""
+    """Read and parse a YAML file; raises SpecError when it is missing, unreadable, not a
+    regular file, over MAX_YAML_BYTES, not UTF-8 or not acceptable YAML (see parse_yaml)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = read_bounded(Path(path), MAX_YAML_BYTES)
     except OSError as e:
         raise SpecError([Problem(str(path), 0, 0, "", f"cannot read: {e.strerror}")]) from None
+    except ValueError as e:
+        raise SpecError([Problem(str(path), 0, 0, "", f"cannot read: {e}")]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[:e.start].decode("utf-8")
+        line, col = _line_col(before, len(before))
+        raise SpecError([Problem(str(path), line, col, "", f"not UTF-8 text: byte "
+                                 f"0x{data[e.start]:02x} (save the file as UTF-8)")]) from None
     return parse_yaml(text, str(path))
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes. Raises OSError when it cannot
+    be opened or read, ValueError when it is not a regular file (a FIFO or device would block
+    or never end; it is opened non-blocking and never read) or is larger than ``limit``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((k for test, k in _FILE_KINDS if test(mode)), "not a file")
+            raise ValueError(f"{kind}, not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than the {size_text(limit)} cap")
+    return data
+
+
+def size_text(n_bytes: int) -> str:
+    """``n_bytes`` as MiB or KiB when it is a whole number of them, e.g. ``1 MiB``."""
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n_bytes % size == 0:
+            return f"{n_bytes // size} {unit}"
+    return f"{n_bytes} bytes"
 
 
 # ---------------------------------------------------------------- pydantic errors → problems
