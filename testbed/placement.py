@@ -29,6 +29,7 @@ import numpy as np
 
 from testbed.errors import Problem, SpecError
 from testbed.launch.cellfile import Slot
+from testbed.spec import PLACEMENT_STRATEGIES
 from testbed.net.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -246,16 +247,15 @@ def cba(problem: PlacementProblem) -> list[Slot]:
     return placed[best]
 
 
-from testbed.spec import STRATEGIES  # noqa: F401 (the names the experiment file accepts)
 
 
 def place(strategy: str, topology: Topology, pp: int, dp: int,
           problem: Callable[[], PlacementProblem]) -> list[Slot]:
-    """The slots of ``strategy`` (one of STRATEGIES); ``problem`` builds the link costs, which
+    """The slots of ``strategy`` (one of PLACEMENT_STRATEGIES); ``problem`` builds the link costs, which
     only the link-aware strategies ask for. Raises SpecError when it cannot place."""
     if strategy == "in_order":
         return in_order(topology, pp, dp)
     link_aware = {"atlas": atlas, "cba": cba}
     if strategy not in link_aware:
-        raise ValueError(f"unknown placement {strategy!r}; valid: {', '.join(STRATEGIES)}")
+        raise ValueError(f"unknown placement {strategy!r}; valid: {', '.join(PLACEMENT_STRATEGIES)}")
     return link_aware[strategy](problem())

@@ -18,7 +18,6 @@ from testbed.errors import TestbedError
 from testbed.launch.cellfile import CellFile, Slot
 from testbed.net.topology import ResolvedLink, Topology
 from testbed.placement import LinkCost, PlacementProblem, place
-from testbed.plan import costs
 from testbed.schedule.crossdc import Boundary, CrossDCContext
 from testbed.schedule.generators import generate
 from testbed.schedule.ir import Schedule
@@ -28,6 +27,7 @@ from testbed.sim.engine import Path, SimInput, StageTimes, simulate
 from testbed.sim.inputs import allreduce_s, build_input
 from testbed.sim.paths import PathModel
 from testbed.spec import Cell, Experiment
+from testbed.spec.workload import gradient_bytes, message_bytes, stage_times
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class PlanError(TestbedError):
 @dataclass(frozen=True)
 class Costs:
     """The workload's modelled costs on this cell: compute times per virtual stage (s per
-    microbatch), bytes per activation message, gradient bytes per pipeline rank."""
+    microbatch) and bytes per activation message."""
 
     times: list[StageTimes]
     message_bytes: int
@@ -96,7 +96,7 @@ def _sim_input(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],
                schedule: Schedule) -> SimInput:
     w = exp.workload
     pp, dp = w.parallel.pp, w.parallel.dp
-    grads = [costs.gradient_bytes(w, schedule.stages_of(p)) for p in range(pp)] if dp > 1 \
+    grads = [gradient_bytes(w, schedule.stages_of(p)) for p in range(pp)] if dp > 1 \
         else [0] * pp
     return build_input(paths, slots, schedule, c.times, c.message_bytes, dp,
                        allreduce_s(paths, slots, pp, dp, grads))
@@ -169,8 +169,8 @@ def plan_cell(cell: Cell) -> CellPlan:
     links = topology.resolved_links(exp.links.inter_dc, exp.links.per_link)
     paths = PathModel(topology, links, w.connections)
     try:
-        c = Costs(costs.stage_times(w), costs.message_bytes(w)) if costs.times_known(w) \
-            else None
+        times = stage_times(w)
+        c = Costs(times, message_bytes(w)) if times is not None else None
         slots = place(exp.placement, topology, w.parallel.pp, w.parallel.dp,
                       lambda: placement_problem(exp, topology, paths, c))
         schedule = schedule_for(exp, paths, c, slots)
