@@ -24,7 +24,7 @@ import pandas as pd
 
 from testbed.errors import SpecError, Problem
 
-# Leading columns in this order (ARCHITECTURE.md); swept parameters follow "error", link
+# Leading columns in this order (docs/architecture.md); swept parameters follow "error", link
 # fidelity columns come last.
 HEAD_COLUMNS = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
 BODY_COLUMNS = [
