@@ -18,7 +18,7 @@ from testbed.net import ledger as ledgers
 pytestmark = [pytest.mark.root, pytest.mark.torch]
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "runner" / "exps" / "tiny.yaml"
-# ARCHITECTURE.md's results.csv contract (link columns checked separately)
+# The results.csv contract of docs/architecture.md (link columns checked separately)
 COLUMNS = ["experiment", "run_id", "cell_id", "repeat", "status", "error",
            "links.inter_dc.delay_ms", "backend", "shaper", "schedule", "pp", "dp", "microbatches",
            "iteration_time_s", "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max",
