@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.metrics import load_traces, metrics_from_traces
-from testbed.net.topology import DC, Topology
+from testbed.topology import DC, Topology
 from testbed.schedule.registry import SCHEDULES
 from testbed.sim import predict
 from testbed.spec import Compute, Experiment, ModelSpec, Parallel, Workload

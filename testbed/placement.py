@@ -30,7 +30,7 @@ import numpy as np
 from testbed.errors import Problem, SpecError
 from testbed.launch.cellfile import Slot
 from testbed.spec import PLACEMENT_STRATEGIES
-from testbed.net.topology import Topology
+from testbed.topology import Topology
 
 log = logging.getLogger(__name__)
 

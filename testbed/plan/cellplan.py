@@ -16,7 +16,7 @@ from typing import Any
 
 from testbed.errors import TestbedError
 from testbed.launch.cellfile import CellFile, Slot
-from testbed.net.topology import ResolvedLink, Topology
+from testbed.topology import ResolvedLink, Topology
 from testbed.placement import LinkCost, PlacementProblem, place
 from testbed.schedule.crossdc import Boundary, CrossDCContext
 from testbed.schedule.generators import generate

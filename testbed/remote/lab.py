@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import platform
+from importlib import metadata
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabric import Connection
+
+import testbed
 
 from testbed.errors import MachineError
 from testbed.remote import clocks, ssh
@@ -25,14 +29,9 @@ VERSION_TIMEOUT_S = 120.0  # importing torch on a cold host takes a while
 
 
 def local_versions() -> dict[str, str]:
-    """testbed's and torch's versions on the controller."""
-    import platform
-
-    import torch
-
-    import testbed
-
-    return {"testbed": testbed.__version__, "torch": torch.__version__,
+    """testbed's and torch's versions on the controller (torch's from its installed
+    metadata: the controller never needs to import it)."""
+    return {"testbed": testbed.__version__, "torch": metadata.version("torch"),
             "python": platform.python_version()}
 
 

@@ -14,11 +14,12 @@ from testbed.errors import TestbedError
 from testbed.launch.celldir import CellDir
 from testbed.launch.supervise import watch_workers
 from testbed.metrics import metrics_from_traces
-from testbed.net.backends.base import Backend, Network
+from testbed.net.backends.base import Backend
+from testbed.net.network import Network
 from testbed.net.measure import LinkMeasurement, measure_link
 from testbed.net.shaping.interface import Shaper
 from testbed.net.steps import StepPlayer
-from testbed.net.topology import ResolvedLink
+from testbed.topology import ResolvedLink
 from testbed.perfetto import export
 from testbed.plan import CellPlan
 from testbed.runner import columns

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.net.topology import ResolvedLink
+from testbed.topology import ResolvedLink
 
 HEAD = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
 # what the cell was: settings that every row has, swept or not

@@ -11,7 +11,7 @@ from typing import Any
 from testbed.launch.celldir import CellDir
 from testbed.launch.command import MASTER_PORT, RankJob, worker_argv, worker_env
 from testbed.launch.supervise import stop_process
-from testbed.net.backends.base import Network, Node
+from testbed.net.network import Network, Node
 from testbed.plan import CellPlan
 
 

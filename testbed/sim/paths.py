@@ -10,7 +10,7 @@ concurrent transfers on one direction share it.
 from __future__ import annotations
 
 from testbed.launch.cellfile import Slot
-from testbed.net.topology import LinkProfile, ResolvedLink, Topology
+from testbed.topology import LinkProfile, ResolvedLink, Topology
 from testbed.sim import calibration as C
 from testbed.sim.engine import Path
 

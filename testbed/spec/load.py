@@ -2,7 +2,7 @@
 
 ``topology`` in an experiment file is a path (relative to the experiment file, then to the
 current directory, then to the project) or an inline mapping with the fields of
-:class:`testbed.net.topology.Topology`. Every problem is collected and raised at once as a
+:class:`testbed.topology.Topology`. Every problem is collected and raised at once as a
 :class:`testbed.errors.SpecError` whose problems carry file, line and column.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from testbed.errors import Problem, SpecError
-from testbed.net.topology import MAX_DELAY_MS, Step, Topology
+from testbed.topology import MAX_DELAY_MS, Step, Topology
 from testbed.schedule.registry import schedule_problems
 from testbed.spec.matrix import Cell, cell_id, params_text, parse_matrix
 from testbed.spec.models import Experiment

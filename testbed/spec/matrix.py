@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from pydantic import BaseModel
 
 from testbed.errors import Problem
-from testbed.net.topology import LinkProfile
+from testbed.topology import LinkProfile
 from testbed.spec.models import Experiment
 from testbed.spec.source import Loc, Source, model_in
 

@@ -1,6 +1,6 @@
 """The experiment file's model: :class:`Experiment` and its sections.
 
-``topology`` is a :class:`testbed.net.topology.Topology` (``testbed.spec.load`` resolves a path
+``topology`` is a :class:`testbed.topology.Topology` (``testbed.spec.load`` resolves a path
 to it); the training job is a :class:`testbed.spec.workload.Workload`.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from testbed.net.topology import MAX_DELAY_MS, LinkProfile, Strict, Topology
+from testbed.topology import MAX_DELAY_MS, LinkProfile, Strict, Topology
 from testbed.spec.source import Loc
 from testbed.spec.workload import Workload, stage_forward_ms
 

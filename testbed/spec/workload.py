@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from testbed.net.topology import Strict
+from testbed.topology import Strict
 from testbed.schedule.registry import CROSS_DC_SCHEDULES, SCHEDULES
 
 # Peak dense bf16 throughput of the device profiles (vendor data sheets), FLOP/s.

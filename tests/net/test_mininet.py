@@ -19,7 +19,7 @@ from testbed.errors import NetworkError, ShapingError
 from testbed.net import ledger as ledgers
 from testbed.net.ledger import Ledger, new_tag
 from testbed.net.shaping import tc
-from testbed.net.topology import LinkProfile
+from testbed.topology import LinkProfile
 from testbed.spec import load_topology
 
 pytestmark = [

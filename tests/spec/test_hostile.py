@@ -19,7 +19,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from testbed.errors import SpecError
-from testbed.net.topology import Strict, Topology
+from testbed.topology import Strict, Topology
 from testbed.spec import Experiment, load_experiment, parse_yaml
 from testbed.spec.load import MAX_TRACE_BYTES
 from testbed.spec.source import MAX_YAML_BYTES, model_in, size_text

@@ -8,16 +8,17 @@ from pathlib import Path
 from typing import Iterator
 
 from testbed.errors import MachineError
-from testbed.net.backends.base import Backend, Network
+from testbed.net.backends.base import Backend
+from testbed.net.network import Network
 from testbed.net.shaping.interface import Shaper
-from testbed.net.topology import ResolvedLink, Topology
+from testbed.topology import ResolvedLink, Topology
 
 # name → (module, class); imported on use so that a missing optional package (mininet,
 # fabric) only matters to experiments that ask for it.
 BACKENDS: dict[str, tuple[str, str]] = {
     "netns": ("testbed.net.backends.netns", "NetnsBackend"),
     "mininet": ("testbed.net.backends.mininet", "MininetBackend"),
-    "remote": ("testbed.net.backends.remote", "RemoteBackend"),
+    "remote": ("testbed.remote.backend", "RemoteBackend"),
 }
 
 

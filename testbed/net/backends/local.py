@@ -6,11 +6,12 @@ import logging
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed.net.backends.base import Backend, Network
+from testbed.net.backends.base import Backend
+from testbed.net.network import Network
 from testbed.net.ledger import Ledger, new_tag
 from testbed.net.shaping.interface import Shaper
 from testbed.net.shaping.shapers import SHAPERS, choose_shaper
-from testbed.net.topology import ResolvedLink, Topology
+from testbed.topology import ResolvedLink, Topology
 
 log = logging.getLogger(__name__)
 

@@ -43,11 +43,11 @@ from mininet.nodelib import LinuxBridge
 
 from testbed.errors import CommandError, MachineError, NetworkError
 from testbed.net import ledger as ledgers
-from testbed.net.backends.base import LinkEnd, Network, Node
+from testbed.net.network import LinkEnd, Network, Node
 from testbed.net.backends.local import LocalBackend
 from testbed.net.ledger import Ledger
 from testbed.net.tcp import allow_congestion_control, host_sysctls
-from testbed.net.topology import IFNAMSIZ, ResolvedLink, Topology
+from testbed.topology import IFNAMSIZ, ResolvedLink, Topology
 
 log = logging.getLogger(__name__)
 

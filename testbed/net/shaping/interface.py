@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from testbed.net.topology import LinkProfile
+from testbed.topology import LinkProfile
 
 
 class Shaper(ABC):

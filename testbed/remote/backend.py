@@ -26,9 +26,10 @@ from typing import IO
 
 from testbed.errors import MachineError, ShapingError
 from testbed.launch.supervise import STOP_GRACE_S
-from testbed.net.backends.base import RUN_TIMEOUT_S, Backend, Network, Node
+from testbed.net.backends.base import Backend
+from testbed.net.network import RUN_TIMEOUT_S, Network, Node
 from testbed.net.ledger import Ledger, new_tag
-from testbed.net.topology import ResolvedLink, Topology
+from testbed.topology import ResolvedLink, Topology
 from testbed.remote import ssh
 from testbed.remote.inventory import LabHost
 from testbed.remote.lab import Lab, LabSettings

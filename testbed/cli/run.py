@@ -7,9 +7,15 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.table import Table
 
+from testbed.cli.experiment import print_plan
 from testbed.errors import EXIT_OK, MachineError
-from testbed.runner import columns
+from testbed.plan import plan_all
+from testbed.spec import load_experiment
+
+# The runner, its store and its report load pandas and matplotlib (seconds on a busy machine):
+# they are imported when `run` or `report` runs, so that every other command starts fast.
 
 
 def add_subcommands(sub) -> None:
@@ -34,11 +40,8 @@ def add_subcommands(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from testbed.cli import print_plan
-    from testbed.plan import plan_all
     from testbed.runner.report import build_report, results_table
     from testbed.runner.run import Interrupted, RunOptions, run_experiment
-    from testbed.spec import load_experiment
 
     console = Console(width=None if sys.stdout.isatty() else 120)  # CI logs: no squeezing
     if args.dry_run:
@@ -62,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _print_results(console: Console, store, table) -> None:
-    from rich.table import Table
+    from testbed.runner import columns
 
     t = Table(title="results")
     for c in table.columns:
