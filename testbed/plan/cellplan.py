@@ -19,6 +19,7 @@ from testbed.launch.cellfile import CellFile, Slot
 from testbed.topology import ResolvedLink, Topology
 from testbed.placement import LinkCost, PlacementProblem, place
 from testbed.schedule.crossdc import Boundary, CrossDCContext
+from testbed.schedule.csvfile import Shape, load_py, read_csv
 from testbed.schedule.generators import generate
 from testbed.schedule.ir import Schedule
 from testbed.schedule.registry import CROSS_DC_SCHEDULES
@@ -124,11 +125,26 @@ def schedule_for(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],
     """The compute-only schedule ``name`` (default: the workload's) for this placement;
     raises PlanError when a cross-DC schedule lacks the compute times it is built from."""
     w = exp.workload
+    if name is None and w.schedule_path is not None:
+        return _schedule_from_file(exp, paths, c, slots)
     name = name or w.schedule
     ctx = None
     if name in CROSS_DC_SCHEDULES:
         ctx = crossdc_context(exp, paths, _known(c, name), slots)
     return generate(name, w.parallel.pp, w.microbatches, w.chunks, ctx)
+
+
+def _schedule_from_file(exp: Experiment, paths: PathModel, c: Costs | None,
+                        slots: list[Slot]) -> Schedule:
+    """The workload's ``schedule_file``: a CSV as written, or what the .py file's function
+    returns for this cell (given the cross-DC context when the compute times are known).
+    Raises ScheduleFileError (a ValueError) when it is not a valid schedule."""
+    w = exp.workload
+    shape = Shape(w.parallel.pp, w.chunks, w.microbatches, w.memory_limit)
+    if w.schedule_path.suffix.lower() == ".py":
+        ctx = crossdc_context(exp, paths, c, slots) if c is not None else None
+        return load_py(w.schedule_path, shape, ctx, name=w.schedule)
+    return read_csv(w.schedule_path, shape, name=w.schedule)
 
 
 def _known(c: Costs | None, what: str) -> Costs:
@@ -150,8 +166,7 @@ def placement_problem(exp: Experiment, topology: Topology, paths: PathModel,
         return LinkCost(p.delay_s, p.rate_bps)
 
     def evaluate(slots: list[Slot]) -> float:
-        name = _CANDIDATE_SCHEDULE.get(w.schedule, w.schedule)
-        schedule = schedule_for(exp, paths, c, slots, name)
+        schedule = schedule_for(exp, paths, c, slots, _CANDIDATE_SCHEDULE.get(w.schedule))
         return simulate(_sim_input(exp, paths, c, slots, schedule)).span_s
 
     return PlacementProblem(
@@ -188,6 +203,10 @@ def predict(plan: CellPlan, memory_limit: int | None = None) -> dict[str, Any]:
 
 
 def _predict(plan: CellPlan) -> None:
+    if not plan.experiment.workload.schedule_known:
+        plan.prediction_note = ("the program's schedule is unknown: set workload.schedule or "
+                                "schedule_file to predict it")
+        return
     try:
         plan.prediction = predict(plan)
     except SimulationError as e:

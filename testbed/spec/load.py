@@ -16,11 +16,12 @@ from pydantic import ValidationError
 
 from testbed.errors import Problem, SpecError
 from testbed.topology import MAX_DELAY_MS, Step, Topology
+from testbed.schedule.csvfile import ScheduleFileError, Shape, load_py, read_csv
 from testbed.schedule.registry import schedule_problems
 from testbed.spec.matrix import Cell, cell_id, params_text, parse_matrix
 from testbed.spec.models import Experiment
 from testbed.spec.source import Loc, Source, pydantic_problems, read_bounded, read_source
-from testbed.spec.workload import stage_forward_ms
+from testbed.spec.workload import Workload, stage_forward_ms
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # A link trace (trace_csv) is read whole and its steps are part of every cell (and hashed into
@@ -113,8 +114,11 @@ def _validate_experiment(src: Source, data: dict, topo: Topology | None,
     except ValidationError as e:
         found = pydantic_problems(e, src, (), Experiment)
         exp = None
+    if exp is not None:
+        exp.workload.set_base_dir(Path(src.file).parent)
     if exp is not None and topo is not None:
         found += [src.problem(loc, msg) for loc, msg in cross_checks(exp)]
+        found += schedule_file_problems(src, exp.workload) if not found else []
     problems.extend(_in_cell(p, src, cell_params) for p in found)
     return exp if not found else None
 
@@ -122,6 +126,9 @@ def _validate_experiment(src: Source, data: dict, topo: Topology | None,
 def _in_cell(p: Problem, src: Source, cell_params: dict | None) -> Problem:
     if not cell_params:
         return p
+    if p.file != str(src.file):  # inside another file (a schedule file): keep its position
+        return Problem(p.file, p.line, p.column, p.path,
+                       f"{p.message} (in cell {params_text(cell_params)})")
     for key, value in cell_params.items():
         if p.path == key or p.path.startswith(key + ".") or key.startswith(p.path + "."):
             line, col = src.where(("matrix", key))
@@ -150,8 +157,9 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
                                      else "")
         out.append((("workload", "parallel", "pp"),
                     f"{what} do not divide {w.model.layers} layers"))
-    for fld, msg in schedule_problems(w.schedule, w.parallel.pp, w.chunks, w.microbatches):
-        out.append((("workload", fld), msg))
+    if w.schedule_file is None:
+        for fld, msg in schedule_problems(w.schedule, w.parallel.pp, w.chunks, w.microbatches):
+            out.append((("workload", fld), msg))
     if w.warmup >= w.iterations:
         out.append((("workload", "warmup"), f"warmup={w.warmup} leaves no measured iteration "
                                             f"of iterations={w.iterations}"))
@@ -164,6 +172,31 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
         out.append((("backend",), "backend remote needs a remote section naming the lab's "
                                   "inventory: remote: {inventory: lab.ini}"))
     return out + _link_checks(exp)
+
+
+SCHEDULE_READERS = {".csv": read_csv, ".py": load_py}
+
+
+def schedule_file_problems(src: Source, w: Workload) -> list[Problem]:
+    """A ``schedule_file`` that is missing, of an unknown kind, or not a complete runnable
+    schedule of the workload's shape: problems at their line and column in that file (a .py
+    file's function is called with context None here)."""
+    path = w.schedule_path
+    if path is None:
+        return []
+    loc = ("workload", "schedule_file")
+    reader = SCHEDULE_READERS.get(path.suffix.lower())
+    if reader is None:
+        return [src.problem(loc, f"{w.schedule_file!r}: a schedule file is a .csv or a .py")]
+    if not path.is_file():
+        return [src.problem(loc, f"schedule file {w.schedule_file!r} not found next to "
+                                 f"{Path(src.file).name}")]
+    try:
+        reader(path, Shape(w.parallel.pp, w.chunks, w.microbatches, w.memory_limit))
+    except ScheduleFileError as e:
+        return [Problem(str(path), p.line, p.column, "workload.schedule_file", p.message)
+                for p in e.problems]
+    return []
 
 
 def _link_checks(exp: Experiment) -> list[tuple[Loc, str]]:

@@ -30,7 +30,8 @@ MAX_CELLS = 10_000
 # field does not change the id of every existing cell (and `run --resume` keeps working).
 ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic",
                       "workload.connections": 1, "workload.memory_limit": None,
-                      "workload.filler": None}
+                      "workload.filler": None, "workload.schedule_file": None,
+                      "workload.program": None}
 
 
 @dataclass

@@ -8,10 +8,12 @@ a prediction and a run agree, and none of them needs torch to know a size.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from testbed.topology import Strict
 from testbed.schedule.registry import CROSS_DC_SCHEDULES, SCHEDULES
@@ -99,6 +101,42 @@ class Filler(Strict):
         return self
 
 
+# the schedule name of a workload whose schedule comes from workload.schedule_file
+CUSTOM_SCHEDULE = "custom"
+# the named groups program.iteration_regex may give an iteration's time in
+ITERATION_GROUPS = ("seconds", "ms")
+
+
+class Program(Strict):
+    """Your own torchrun-compatible program, run on every rank's host instead of the built-in
+    worker (working directory: the experiment file's directory)."""
+
+    argv: list[str] = Field(min_length=1, description="the command; 'python' as argv[0] means "
+                                                      "the interpreter testbed runs under")
+    env: dict[str, str] = Field(default_factory=dict, description="added to each rank's "
+                                                                  "environment")
+    files: list[str] = Field(default_factory=list,
+                             description="files (relative to the experiment file) copied to "
+                                         "remote hosts besides those argv names")
+    iteration_regex: str | None = Field(
+        None, description="a regex over rank 0's output matching once per iteration, with a "
+                          "named group 'seconds' or 'ms' giving that iteration's time")
+
+    @field_validator("iteration_regex")
+    @classmethod
+    def _regex_has_time(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            groups = re.compile(v).groupindex
+        except re.error as e:
+            raise ValueError(f"not a regular expression: {e}") from None
+        if not any(g in groups for g in ITERATION_GROUPS):
+            raise ValueError("needs a named group (?P<seconds>...) or (?P<ms>...) holding the "
+                             "iteration's time")
+        return v
+
+
 class Workload(Strict):
     """The training job run in every cell."""
 
@@ -106,6 +144,13 @@ class Workload(Strict):
     parallel: Parallel = Field(default_factory=Parallel)
     schedule: str = Field("1f1b", description="one of: " + ", ".join(
         [*SCHEDULES, *CROSS_DC_SCHEDULES]))
+    schedule_file: str | None = Field(
+        None, description="your own schedule instead of schedule: a compute-only .csv as "
+                          "torch.distributed.pipelining writes it, or a .py defining "
+                          "schedule(pp, chunks, microbatches, context) (relative to the "
+                          "experiment file)")
+    program: Program | None = Field(None, description="run this program on every rank "
+                                                      "instead of the built-in worker")
     chunks: int = Field(1, ge=1, le=16, description="virtual stages per rank")
     microbatches: int = Field(8, ge=1, le=4096)
     microbatch_size: int = Field(1, ge=1, le=4096)
@@ -125,10 +170,40 @@ class Workload(Strict):
     warmup: int = Field(1, ge=0)
     seed: int = 0
     lr: float = Field(1e-3, gt=0)
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
     @property
     def world_size(self) -> int:
         return self.parallel.pp * self.parallel.dp
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schedule_or_file(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("schedule_file") is not None:
+            if "schedule" in data and data["schedule"] != CUSTOM_SCHEDULE:
+                raise ValueError("schedule and schedule_file are mutually exclusive: give one")
+            data = dict(data, schedule=CUSTOM_SCHEDULE)
+        return data
+
+    def set_base_dir(self, base: Path) -> None:
+        """Where relative paths (schedule_file, the program's files) start: the experiment
+        file's directory."""
+        self._base_dir = Path(base)
+
+    @property
+    def base_dir(self) -> Path:
+        return self._base_dir
+
+    @property
+    def schedule_path(self) -> Path | None:
+        """``schedule_file`` resolved against the experiment file's directory."""
+        return None if self.schedule_file is None else self._base_dir / self.schedule_file
+
+    @property
+    def schedule_known(self) -> bool:
+        """Whether the schedule that runs is known: always for the built-in worker; for a
+        program only when the file names one (schedule or schedule_file)."""
+        return self.program is None or "schedule" in self.model_fields_set
 
     @model_validator(mode="after")
     def _options_need_ir(self) -> "Workload":
@@ -138,6 +213,8 @@ class Workload(Strict):
         if self.connections > 1 and self.executor != "ir":
             raise ValueError(f"connections={self.connections} needs executor: ir (the torch "
                              "executor sends each tensor on one connection)")
+        if self.program is not None and self.filler is not None:
+            raise ValueError("filler runs inside the built-in worker: remove it or program")
         if self.filler is not None and self.executor != "ir":
             raise ValueError("filler needs executor: ir (the torch executor's waits are inside "
                              "torch.distributed.pipelining, out of the filler's reach): set "

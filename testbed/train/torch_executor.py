@@ -11,7 +11,9 @@ weight gradients to split) and the wrappers sleep the modelled F/B/I/W time arou
 """
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,7 +22,8 @@ from torch import nn
 from torch.distributed.pipelining import schedules as S
 from torch.distributed.pipelining.stage import PipelineStage
 
-from testbed.schedule.ir import Kind
+from testbed.schedule.csvfile import write_csv
+from testbed.schedule.ir import Kind, Schedule
 from testbed.train.executor import Executor, RankContext, ns
 from testbed.train.trace import Tracer
 
@@ -58,11 +61,25 @@ class TorchExecutor(Executor):
                                           group=pipe_group) for s in self.stages]
         for st in self.pipe_stages:
             self._wrap(st)
-        cls = SCHEDULE_CLASSES[w.schedule]
-        arg = self.pipe_stages[0] if w.schedule in SINGLE_STAGE else self.pipe_stages
-        self.schedule = cls(arg, w.microbatches, loss_fn=self._loss)
+        if w.schedule_file is not None:
+            self.schedule = self._from_csv(ctx.schedule, w.microbatches)
+        else:
+            cls = SCHEDULE_CLASSES[w.schedule]
+            arg = self.pipe_stages[0] if w.schedule in SINGLE_STAGE else self.pipe_stages
+            self.schedule = cls(arg, w.microbatches, loss_fn=self._loss)
         self.has_first = 0 in self.stages
         self.has_last = self.n_stages - 1 in self.stages
+
+    def _from_csv(self, lowered: Schedule, microbatches: int) -> S._PipelineScheduleRuntime:
+        """torch's runtime running the cell's own schedule, loaded with its ``_load_csv`` from
+        the compute-only CSV of the planned order (what ``schedule_file`` gave)."""
+        compute = Schedule(lowered.name, lowered.pp, lowered.n_stages, lowered.microbatches,
+                           lowered.stage_to_rank, [[a for a in acts if a.kind.is_compute]
+                                                   for acts in lowered.actions])
+        runtime = S._PipelineScheduleRuntime(self.pipe_stages, microbatches, loss_fn=self._loss)
+        with tempfile.TemporaryDirectory(prefix="testbed-schedule-") as d:
+            runtime._load_csv(str(write_csv(compute, Path(d) / "schedule.csv")))
+        return runtime
 
     def _loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if self.real:

@@ -183,8 +183,9 @@ def _schedule(cell: CellFile, w):
                                 f"m={s.microbatches}; the workload says {w.schedule}, "
                                 f"pp={w.parallel.pp}, m={w.microbatches}")
         return s
-    if w.schedule in CROSS_DC_SCHEDULES:
-        raise WorkerFailure(f"{w.schedule} is built from the cell's links: run it through the "
+    if w.schedule in CROSS_DC_SCHEDULES or w.schedule_file is not None:
+        what = w.schedule_file or w.schedule
+        raise WorkerFailure(f"{what} is planned into cell.json by the runner: run it through the "
                             "runner (testbed run), which plans it into cell.json")
     return generate(w.schedule, w.parallel.pp, w.microbatches, w.chunks)
 
