@@ -6,7 +6,7 @@ names the worker module or an environment variable.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 WORKER_MODULE = "testbed.train.worker"
 MASTER_PORT = 29500
@@ -42,3 +42,45 @@ def worker_argv(python: str, cell_file: PurePath, out_dir: PurePath,
     """``python -m testbed.train.worker --cell CELL --out DIR [extra…]``."""
     return [python, "-m", WORKER_MODULE, "--cell", str(cell_file), "--out", str(out_dir),
             *extra]
+
+
+# ---------------------------------------------------------------- your own program
+
+INSTRUMENT_MODULE = "testbed.train.instrument"
+PYTHON = "python"  # as a program's argv[0]: the interpreter testbed runs under
+
+
+def program_argv(python: str, argv: list[str], cell_file: PurePath,
+                 out_dir: PurePath) -> list[str]:
+    """A program's command on one rank. ``python …`` runs under the instrument
+    (``python -m testbed.train.instrument --cell CELL --out DIR -- …``), which traces
+    torch.distributed.pipelining from outside; any other command runs as given."""
+    if argv[0] != PYTHON:
+        return list(argv)
+    return [python, "-m", INSTRUMENT_MODULE, "--cell", str(cell_file), "--out", str(out_dir),
+            "--", *argv[1:]]
+
+
+def program_env(job: RankJob, env: dict[str, str], cell_file: PurePath,
+                out_dir: PurePath) -> dict[str, str]:
+    """The program's own ``env``, then the torchrun-compatible variables (which win), then
+    TESTBED_CELL and TESTBED_OUT (the cell file and where traces go)."""
+    return {**env, **worker_env(job), "TESTBED_CELL": str(cell_file),
+            "TESTBED_OUT": str(out_dir)}
+
+
+def program_files(argv: list[str], files: list[str], base_dir: Path) -> dict[str, Path]:
+    """The local files a program names: each argv entry that is a file relative to
+    ``base_dir`` (the experiment file's directory), and every entry of ``files``; keyed by
+    how the program names them."""
+    out = {}
+    for name in [*argv[1:], *files]:
+        path = base_dir / name
+        if not name.startswith("-") and path.is_file():
+            out[name] = path
+    return out
+
+
+def remote_argv(argv: list[str], placed: dict[str, PurePath]) -> list[str]:
+    """``argv`` with each file it names replaced by where that file was copied."""
+    return [str(placed.get(a, a)) for a in argv]

@@ -96,13 +96,14 @@ class Network:
         """Copy ``local`` to ``there`` on ``node`` (nothing to do on this machine)."""
 
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_file: IO[bytes],
-              outputs: list[tuple[PurePath, Path]] = ()) -> Any:
+              outputs: list[tuple[PurePath, Path]] = (), cwd: PurePath | None = None) -> Any:
         """Start ``argv`` inside ``node`` with ``env`` added to the environment, its output
-        into ``log_file``; ``outputs`` (file there, file here) are brought here when it
-        exits (nothing to do on this machine). Returns a Popen-like handle (``poll``,
-        ``terminate``, ``kill``, ``wait``, ``returncode``), stopped by teardown at the latest."""
+        into ``log_file``, in directory ``cwd`` (default: this process's); ``outputs`` (file
+        there, file here) are brought here when it exits, those that exist (nothing to do on
+        this machine). Returns a Popen-like handle (``poll``, ``terminate``, ``kill``,
+        ``wait``, ``returncode``), stopped by teardown at the latest."""
         return self.popen(node, argv, env=dict(os.environ, **env), stdout=log_file,
-                          stderr=log_file)
+                          stderr=log_file, cwd=cwd)
 
     def teardown(self) -> None:
         """Remove everything this network made; safe to call twice."""

@@ -105,23 +105,28 @@ class RemoteNetwork(Network):
         self.lab.conns[self.lab_host(node).name].sftp().put(str(local), str(there))
 
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_file: IO[bytes],
-              outputs: list[tuple[PurePath, Path]] = ()) -> RemoteProcess:
+              outputs: list[tuple[PurePath, Path]] = (),
+              cwd: PurePath | None = None) -> RemoteProcess:
         """Start ``argv`` on the node's host with ``env``, stream its output into ``log_file``;
         when it exits, ``outputs`` are fetched over SFTP (traces moved onto this clock)."""
         host = self.lab_host(node)
         proc = RemoteProcess(self.lab.conns[host.name], host, self._argv(host, argv),
-                             cwd=host.home, env=env, output=log_file,
+                             cwd=str(cwd) if cwd else host.home, env=env, output=log_file,
                              on_exit=lambda p: self.fetch(host, outputs))
         self.procs.append(proc)
         return proc
 
     def fetch(self, host: LabHost, outputs: list[tuple[PurePath, Path]]) -> None:
         """Copy each (file there, file here) from the host; trace files (JSONL) are aligned to
-        the controller's clock with the host's measured offset."""
+        the controller's clock with the host's measured offset. Files that were not written
+        are skipped."""
         off = self.lab.offsets.get(host.name)
         for there, here in outputs:
-            with self.lab.conns[host.name].sftp().open(str(there), "r") as f:
-                text = f.read().decode("utf-8", errors="replace")
+            try:
+                with self.lab.conns[host.name].sftp().open(str(there), "r") as f:
+                    text = f.read().decode("utf-8", errors="replace")
+            except FileNotFoundError:  # a program that writes no trace (not instrumented)
+                continue
             if there.suffix == TRACE_SUFFIX:
                 text = align_trace(text, off.monotonic_offset_ns if off else 0,
                                    off.uncertainty_ns if off else 0)

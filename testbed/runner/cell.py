@@ -13,7 +13,6 @@ from typing import Any
 from testbed.errors import TestbedError
 from testbed.launch.celldir import CellDir
 from testbed.launch.supervise import watch_workers
-from testbed.metrics import metrics_from_traces
 from testbed.net.backends.base import Backend
 from testbed.net.network import Network
 from testbed.net.measure import LinkMeasurement, measure_link
@@ -23,6 +22,7 @@ from testbed.topology import ResolvedLink
 from testbed.perfetto import export
 from testbed.plan import CellPlan
 from testbed.runner import columns
+from testbed.runner.measured import cell_metrics
 from testbed.runner.store import RunStore
 from testbed.runner.workers import start_workers
 
@@ -71,7 +71,7 @@ class CellRunner:
             "repeat": repeat, "status": "failed", "error": "", **cell.params,
             "backend": exp.backend, "shaper": self.shaper_name, "placement": exp.placement,
             "placement_stage_dcs": " ".join(plan.stage_dcs),
-            "schedule": w.schedule, "executor": w.executor, "compute_mode": w.compute.mode,
+            "schedule": w.schedule_file or w.schedule, "executor": w.executor, "compute_mode": w.compute.mode,
             "pp": w.parallel.pp, "dp": w.parallel.dp, "chunks": w.chunks,
             "microbatches": w.microbatches,
             **{k: plan.prediction.get(k) for k in columns.PREDICTED},
@@ -86,12 +86,14 @@ class CellRunner:
             net, shaper = self.backend.bring_up(plan.topology, plan.links, self.shaper_name,
                                                 Path(cell_dir.net), stack)
             row.update(_measured_links(net, plan.links, exp.measure_links))
+            t0 = time.monotonic()
             procs = start_workers(net, plan, cell_dir, stack)
             player = _start_steps(shaper, plan.links, stack)
             watch_workers(procs, exp.timeout_s, Path(cell_dir.root))
+            row["wall_time_s"] = round(time.monotonic() - t0, 3)
             row.update(_drops(shaper))
             _write_json(Path(cell_dir.steps), player.applied)
-        row.update(metrics_from_traces(Path(cell_dir.root), exp.workload))
+        row.update(cell_metrics(Path(cell_dir.root), exp.workload))
         export(Path(cell_dir.root))
         return row
 

@@ -20,7 +20,10 @@ PREDICTED = ["predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_
              "predicted_peak_inflight"]
 FILLER = ["utilization", "training_utilization", "filler_requests_per_s",
           "filler_tokens_per_s", "filler_overrun_s"]
-BOOKKEEPING = ["iterations_measured", "delayline_drops", "queue_drops", "started_at",
+# metrics_source: how the measured columns were obtained (testbed.runner.measured);
+# wall_time_s: from starting the workers to the last one's exit
+BOOKKEEPING = ["metrics_source", "wall_time_s", "iterations_measured", "delayline_drops",
+               "queue_drops", "started_at",
                "duration_s"]
 BODY = SETTINGS + MEASURED + PREDICTED + FILLER + BOOKKEEPING
 LINK_PREFIX = "link_"

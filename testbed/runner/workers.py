@@ -1,24 +1,40 @@
 """Starting a cell's workers on whatever network the backend built, one launch contract for all:
 the cell file is copied where each host sees it, the environment and argv come from
-``testbed.launch.command``, and each rank's trace comes back into the cell directory."""
+``testbed.launch.command``, and each rank's trace comes back into the cell directory.
+
+With ``workload.program`` each rank runs that program instead of the built-in worker: in the
+experiment file's directory where the host sees this machine's files, else in the host's run
+directory, where the files the program names have been copied (and its argv points at them).
+"""
 from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePath
 from typing import Any
 
 from testbed.launch.celldir import CellDir
-from testbed.launch.command import MASTER_PORT, RankJob, worker_argv, worker_env
+from testbed.launch.command import (MASTER_PORT, RankJob, program_argv, program_env,
+                                    program_files, remote_argv, worker_argv, worker_env)
 from testbed.launch.supervise import stop_process
 from testbed.net.network import Network, Node
 from testbed.plan import CellPlan
 
 
+@dataclass(frozen=True)
+class Command:
+    """What one rank runs: argv, added environment, working directory (None: inherited)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: PurePath | None = None
+
+
 def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir,
                   stack: ExitStack) -> dict[int, Any]:
-    """Start one worker per rank of ``plan`` inside its host; each is stopped when ``stack``
-    closes (also on failure). Returns rank → process handle."""
+    """Start one worker (or the workload's program) per rank of ``plan`` inside its host; each
+    is stopped when ``stack`` closes (also on failure). Returns rank → process handle."""
     slots = plan.slots
     master = net.host(slots[0].dc, slots[0].host_index)
     timeout = plan.experiment.timeout_s
@@ -28,16 +44,33 @@ def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir,
         there = CellDir(net.files_dir(node, Path(cell_dir.root)))
         net.put(node, Path(cell_dir.cell_file), there.cell_file)
         job = RankJob(slot.rank, len(slots), str(master.ip), MASTER_PORT, node.iface, timeout)
-        procs[slot.rank] = _start(net, node, job, cell_dir, there, stack)
+        command = _command(net, node, plan, job, cell_dir, there)
+        procs[slot.rank] = _start(net, node, job, command, cell_dir, there, stack)
     return procs
 
 
-def _start(net: Network, node: Node, job: RankJob, here: CellDir, there: CellDir,
-           stack: ExitStack) -> Any:
+def _command(net: Network, node: Node, plan: CellPlan, job: RankJob, here: CellDir,
+             there: CellDir) -> Command:
+    w = plan.experiment.workload
+    if w.program is None:
+        return Command(worker_argv(sys.executable, there.cell_file, there.root), worker_env(job))
+    env = program_env(job, w.program.env, there.cell_file, there.root)
+    argv = program_argv(sys.executable, w.program.argv, there.cell_file, there.root)
+    if there.root == here.root:  # the host sees this machine's files
+        return Command(argv, env, w.base_dir)
+    placed = {}
+    for name, local in program_files(w.program.argv, w.program.files, w.base_dir).items():
+        placed[name] = there.root / local.name
+        net.put(node, local, placed[name])
+    return Command(remote_argv(argv, placed), env, there.root)
+
+
+def _start(net: Network, node: Node, job: RankJob, command: Command, here: CellDir,
+           there: CellDir, stack: ExitStack) -> Any:
     log = open(here.worker_log(job.rank), "wb")
     stack.callback(log.close)
-    proc = net.start(node, worker_argv(sys.executable, there.cell_file, there.root),
-                     worker_env(job), log, outputs=[(there.trace(job.rank),
-                                                     Path(here.trace(job.rank)))])
+    proc = net.start(node, command.argv, command.env, log,
+                     outputs=[(there.trace(job.rank), Path(here.trace(job.rank)))],
+                     cwd=command.cwd)
     stack.callback(stop_process, proc)
     return proc
