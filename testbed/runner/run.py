@@ -160,6 +160,11 @@ def _one_line(i: int, n: int, cell: Cell, repeat: int, row: dict, seconds: float
     head = f"[{i + 1}/{n}] {cell.cell_id} {cell.label}" + (f" repeat {repeat}" if repeat else "")
     if row["status"] != "ok":
         return f"{head}: FAILED after {seconds:.1f} s: {row.get('error')}"
-    return (f"{head}: iteration {row['iteration_time_s']:.3f} s, bubble "
-            f"{row['bubble_ratio']:.3f}, {row['throughput_tokens_s']:.0f} tokens/s "
-            f"({seconds:.1f} s)")
+    parts = [text.format(row[k]) for k, text in _PROGRESS if row.get(k) is not None]
+    measured = ", ".join(parts) or f"no metrics ({row.get('metrics_source')})"
+    return f"{head}: {measured} ({seconds:.1f} s)"
+
+
+# the metrics of the progress line; a program's cell may have only some (or none) of them
+_PROGRESS = [("iteration_time_s", "iteration {:.3f} s"), ("bubble_ratio", "bubble {:.3f}"),
+             ("throughput_tokens_s", "{:.0f} tokens/s")]

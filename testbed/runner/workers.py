@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
+from testbed.errors import WorkerError
 from testbed.launch.celldir import CellDir
 from testbed.launch.command import (MASTER_PORT, RankJob, program_argv, program_env,
                                     program_files, remote_argv, worker_argv, worker_env)
@@ -69,8 +70,12 @@ def _start(net: Network, node: Node, job: RankJob, command: Command, here: CellD
            there: CellDir, stack: ExitStack) -> Any:
     log = open(here.worker_log(job.rank), "wb")
     stack.callback(log.close)
-    proc = net.start(node, command.argv, command.env, log,
-                     outputs=[(there.trace(job.rank), Path(here.trace(job.rank)))],
-                     cwd=command.cwd)
+    try:
+        proc = net.start(node, command.argv, command.env, log,
+                         outputs=[(there.trace(job.rank), Path(here.trace(job.rank)))],
+                         cwd=command.cwd)
+    except OSError as e:  # a program or working directory that is not there: this cell fails
+        raise WorkerError(f"rank {job.rank} could not start {command.argv[0]!r} in "
+                          f"{command.cwd or '.'}: {e.strerror}") from None
     stack.callback(stop_process, proc)
     return proc

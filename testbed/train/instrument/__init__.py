@@ -18,25 +18,21 @@ training step::
     from testbed.train.instrument import iteration; iteration()
 
 (each call ends an iteration begun at the previous call, the first at program start; a no-op
-when the program runs outside testbed). The program's exit status is this process's.
+when the program runs outside testbed). The program's exit status is this process's. The
+command line is ``testbed.train.instrument.__main__``; the state lives here, in the one module
+instance the program imports too.
 """
 from __future__ import annotations
 
-import argparse
-import os
-import runpy
 import socket
-import sys
 import time
-import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch.distributed.pipelining import schedules as S
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
-from testbed.launch.cellfile import CellFile, CellFileError
 from testbed.train.trace import Tracer
 
 _ACTIVE: "Instrument | None" = None
@@ -79,6 +75,11 @@ class Instrument:
         self.it, self.mark = self.it + 1, t1
 
     def end(self, status: str, error: str | None) -> None:
+        """Close the trace. A failure is recorded even without one (an ``end`` record alone),
+        so the runner can tell which rank failed first."""
+        if self.tracer is None and status != "ok":
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.tracer = Tracer(self.out_dir / f"trace-rank{self.rank}.jsonl")
         if self.tracer is not None:
             self.tracer.end(status, error)
 
@@ -154,68 +155,3 @@ def _schedule_classes() -> list[type]:
             out.append(cls)
         todo.extend(cls.__subclasses__())
     return out
-
-
-# ---------------------------------------------------------------- running the program
-
-
-def _parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m testbed.train.instrument",
-                                 description="run a program with torch.distributed.pipelining "
-                                             "traced from outside")
-    ap.add_argument("--cell", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("program", nargs=argparse.REMAINDER,
-                    help="-- SCRIPT [ARGS…] or -- -m MODULE [ARGS…]")
-    args = ap.parse_args(argv)
-    args.program = args.program[1:] if args.program[:1] == ["--"] else args.program
-    if not args.program or args.program == ["-m"]:
-        ap.error("give the program after --: SCRIPT [ARGS…] or -m MODULE [ARGS…]")
-    return args
-
-
-def _run(program: list[str]) -> None:
-    """Run ``program`` as ``python PROGRAM…`` would: sys.argv, sys.path[0], __main__."""
-    if program[0] == "-m":
-        sys.argv = program[1:]
-        runpy.run_module(program[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(program)
-        sys.path.insert(0, str(Path(program[0]).resolve().parent))
-        runpy.run_path(program[0], run_name="__main__")
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(sys.argv[1:] if argv is None else argv)
-    try:
-        cell = CellFile.read(args.cell)
-    except CellFileError as e:
-        print(f"instrument: {e}", file=sys.stderr)
-        return 2
-    w = cell.workload
-    ins = Instrument(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
-                     args.out, w.warmup, w.schedule if w.schedule_known else "program")
-    install(ins)
-    return _finish(ins, args.program)
-
-
-def _finish(ins: Instrument, program: list[str]) -> int:
-    """Run the program; the trace ends ok on exit status 0, else with the error."""
-    try:
-        _run(program)
-        status: Any = 0
-    except SystemExit as e:
-        status = e.code
-    except BaseException as e:  # noqa: BLE001 — the program's own failure, reported as python would
-        traceback.print_exc()
-        ins.end("error", f"{type(e).__name__}: {e}")
-        return 1
-    code = status if isinstance(status, int) else (0 if status is None else 1)
-    if isinstance(status, str):
-        print(status, file=sys.stderr)
-    ins.end("ok" if code == 0 else "error", None if code == 0 else f"exit status {code}")
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
