@@ -84,7 +84,7 @@ def test_failing_programs_fail_their_cell_and_the_sweep_goes_on(tmp_path):
     exp = tmp_path / "programs.yaml"
     exp.write_text(PROGRAMS.format(root=ROOT, timeout=TIMEOUT_S, prog=MISBEHAVE, marker=marker,
                                    cells="\n".join(cells)), encoding="utf-8")
-    rows, _ = _run(exp, tmp_path / "results")
+    rows, run = _run(exp, tmp_path / "results")
     assert list(rows["status"]) == ["failed"] * 3 + ["ok"] * 3, rows[["status", "error"]]
     assert re.search(r"rank 2 exited with 3", rows["error"][0]), rows["error"][0]
     assert "timed out" in rows["error"][1] and "timed out" in rows["error"][2]
@@ -97,7 +97,9 @@ def test_failing_programs_fail_their_cell_and_the_sweep_goes_on(tmp_path):
     assert plain["metrics_source"] == "none" and plain["wall_time_s"] > 0
     assert pd.isna(plain.get("iteration_time_s")) and pd.isna(plain.get("bubble_ratio"))
     assert _leftovers(marker) == []
-    assert not [n for n in ledgers.tagged_namespaces() if "-dc1" in n or "-dc2" in n]
+    tags = set(re.findall(r"tag (tb[0-9a-f]+)\)", (run / "run.log").read_text()))
+    assert len(tags) == len(rows)  # one network per cell, each torn down:
+    assert not [n for n in ledgers.tagged_namespaces() if ledgers.tag_of(n) in tags]
 
 
 SLEEPY_EXP = """name: sleepy
