@@ -11,10 +11,12 @@ import pytest
 from torch.distributed.pipelining.schedules import _Action, _validate_schedule
 
 from testbed.__main__ import main
+from testbed.launch.loopback import run_local
+from testbed.metrics import losses
 from testbed.plan import plan_all
 from testbed.schedule.csvfile import Shape, read_csv, to_csv, write_csv
 from testbed.schedule.generators import generate
-from testbed.spec import load_experiment
+from testbed.spec import Compute, ModelSpec, Parallel, Workload, load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 # bubble of a CSV copy of a built-in schedule vs the built-in: the acceptance's 1 pp
@@ -146,3 +148,21 @@ def test_matrix_sweeps_schedule_file(tmp_path):
     plans = plan_all(load_experiment(exp))
     assert [p.schedule.actions for p in plans] == [generate(n, 4, 8).actions
                                                     for n in ("gpipe", "1f1b")]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("executor", ["ir", "torch"])
+def test_a_csv_schedule_trains_like_the_built_in_one(tmp_path, executor):
+    # zbv as a CSV (I/W actions, two chunks per rank in a V): the torch executor loads it into
+    # torch's runtime with _load_csv; both must see the built-in zbv's losses
+    model = ModelSpec(layers=4, hidden=32, heads=2, seq_len=16, vocab=64)
+    base = dict(model=model, parallel=Parallel(pp=2), chunks=2, microbatches=4, iterations=3,
+                warmup=1, compute=Compute(mode="real"), executor=executor)
+    built = Workload(schedule="zbv", **base)
+    run_local(built, tmp_path / "built", timeout_s=120)
+    csv_path = write_csv(generate("zbv", 2, 4, 2), tmp_path / "zbv.csv")
+    mine = Workload(schedule_file=str(csv_path), **base)
+    schedule = read_csv(csv_path, Shape(2, 2, 4), name=mine.schedule)
+    run_local(mine, tmp_path / "mine", timeout_s=120, schedule=schedule)
+    assert losses(tmp_path / "mine") == pytest.approx(losses(tmp_path / "built"), rel=1e-5)
