@@ -12,7 +12,7 @@ from torch.distributed.pipelining.schedules import _Action, _validate_schedule
 
 from testbed.__main__ import main
 from testbed.launch.loopback import run_local
-from testbed.metrics import losses
+from testbed.metrics import load_traces, losses
 from testbed.plan import plan_all
 from testbed.schedule.csvfile import Shape, read_csv, to_csv, write_csv
 from testbed.schedule.generators import generate
@@ -166,3 +166,8 @@ def test_a_csv_schedule_trains_like_the_built_in_one(tmp_path, executor):
     schedule = read_csv(csv_path, Shape(2, 2, 4), name=mine.schedule)
     run_local(mine, tmp_path / "mine", timeout_s=120, schedule=schedule)
     assert losses(tmp_path / "mine") == pytest.approx(losses(tmp_path / "built"), rel=1e-5)
+    # losses do not depend on the order: the traces show the CSV's order is what ran
+    for rank, recs in load_traces(tmp_path / "mine").items():
+        ran = [f"{r['stage']}{r['kind']}{r['mb']}" for r in recs
+               if r.get("type") == "action" and r["iter"] == 1 and r["kind"] in ("F", "B", "I", "W")]
+        assert ran == [str(a) for a in schedule.actions[rank]], rank
