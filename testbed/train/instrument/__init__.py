@@ -110,6 +110,10 @@ def _step(method: Callable) -> Callable:
         ins = _ACTIVE
         if ins is None or ins.depth:
             return method(self, *args, **kwargs)
+        if ins.tracer is None:  # the trace's meta names the schedule class and its stages
+            ins.schedule = type(self).__name__
+            stages = getattr(self, "_stages", None) or [getattr(self, "_stage", None)]
+            ins.stages.update(st.stage_index for st in stages if st is not None)
         ins.depth += 1
         t0 = time.monotonic_ns()
         try:

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     w = cell.workload
     ins = Instrument(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
-                     args.out, w.warmup, w.schedule if w.schedule_known else "program")
+                     args.out, w.warmup, "program")
     install(ins)
     return _finish(ins, args.program)
 
