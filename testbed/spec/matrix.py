@@ -50,7 +50,8 @@ class Cell:
 
 
 def cell_id(exp: Experiment) -> str:
-    """A stable id from the resolved settings: same settings, same id, on any machine."""
+    """A stable id from the resolved settings (and a schedule file's contents): same settings,
+    same id, on any machine."""
     resolved = exp.model_dump(mode="json", exclude={"matrix", "repeat", "description"})
     for path, default in ID_OPTIONAL_FIELDS.items():
         *parents, name = path.split(".")
@@ -59,6 +60,9 @@ def cell_id(exp: Experiment) -> str:
             d = d.get(p) or {}
         if name in d and d[name] == default:
             del d[name]
+    path = exp.workload.schedule_path
+    if path is not None and path.is_file():  # an edited schedule file is another cell
+        resolved["workload"]["schedule_file_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
     return f"c{digest[:8]}"
 

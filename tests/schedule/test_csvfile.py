@@ -171,3 +171,11 @@ def test_a_csv_schedule_trains_like_the_built_in_one(tmp_path, executor):
         ran = [f"{r['stage']}{r['kind']}{r['mb']}" for r in recs
                if r.get("type") == "action" and r["iter"] == 1 and r["kind"] in ("F", "B", "I", "W")]
         assert ran == [str(a) for a in schedule.actions[rank]], rank
+
+
+def test_an_edited_schedule_file_is_another_cell(tmp_path):
+    write_csv(generate("gpipe", 4, 8), tmp_path / "mine.csv")
+    exp = _experiment(tmp_path, "schedule_file: mine.csv")
+    before = load_experiment(exp).cells[0].cell_id
+    write_csv(generate("1f1b", 4, 8), tmp_path / "mine.csv")
+    assert load_experiment(exp).cells[0].cell_id != before
