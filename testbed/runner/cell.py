@@ -60,6 +60,7 @@ class CellRunner:
         try:
             plan = _plan(cell)
             row["placement_stage_dcs"] = " ".join(plan.stage_dcs)
+            row["schedule_rule"] = plan.schedule.variant  # crosspipe_greedy: the rule that won
             row.update(_prediction(cell, plan))
             row.update(self._run(cell, repeat, cell_dir, plan))
             row["status"], row["error"] = "ok", ""

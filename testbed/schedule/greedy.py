@@ -1,7 +1,7 @@
 """``crosspipe_greedy``: a list scheduler over simulated time with split backward (I, W).
 
-Each rank runs, of the actions it could start earliest, the one its selection rule puts
-first (microbatches in order within each kind); an F only while the memory limit allows (the
+Each rank runs, of the actions it could start earliest (within ``TIE_WINDOW_MS``), the one its
+selection rule puts first (microbatches in order within each kind); an F only while the memory limit allows (the
 W of microbatch i − limit has ended); an input is ready once it has crossed its boundary (a
 FIFO per boundary and direction: serialization, then the one-way delay). Two rules:
 
@@ -31,6 +31,13 @@ F, I, W = Kind.F, Kind.I, Kind.W
 # (last kind the rank ran or None, every F has run, memory blocks the next F) → kinds, first
 # preferred
 Rule = Callable[[Kind | None, bool, bool], tuple[Kind, ...]]
+
+# A rank waits up to this long (ms) for the action its rule prefers rather than start another
+# one now: about one message's fixed software cost in the executor (testbed.sim.calibration:
+# SEND_CALL_S + MESSAGE_LATENCY_S ≈ 0.55 ms), so an arrival a few µs after an exact tie — the
+# serialization of a small message on an unshaped link — does not make a rank start a whole
+# W first. Capped at a quarter of the shortest action for sub-ms compute times.
+TIE_WINDOW_MS = 0.5
 
 # a candidate must be shorter by more than this (s) to beat one listed earlier in RULES, so
 # that a simulator's float noise does not decide between equal schedules
@@ -77,6 +84,7 @@ class _Greedy:
     def __init__(self, pp: int, m: int, ctx: CrossDCContext, rule: Rule):
         self.pp, self.m, self.limit, self.rule = pp, m, ctx.memory_limit, rule
         self.dur = {F: to_us(ctx.f_ms), I: to_us(ctx.i), W: to_us(ctx.w)}
+        self.window = min(to_us(TIE_WINDOW_MS), min(self.dur.values()) // 4)
         self.free = [0] * pp
         self.ready: list[dict[tuple[Kind, int], int]] = [dict() for _ in range(pp)]
         self.done = [{F: 0, I: 0, W: 0} for _ in range(pp)]
@@ -113,12 +121,14 @@ class _Greedy:
                 starts[kind] = max(t, self.free[r])
         if not starts:
             return None
-        t = min(starts.values())
+        soon = min(starts.values()) + self.window
         order = self.rule(self.last[r], self.done[r][F] == self.m, blocked)
-        return t, next(k for k in order if starts.get(k) == t)
+        kind = next(k for k in order if starts.get(k, soon + 1) <= soon)
+        return starts[kind], kind
 
     def step(self) -> bool:
-        """Start the next action of the rank that can start earliest; False when all done."""
+        """Start the next action of the rank whose choice starts earliest; False when all
+        done."""
         best = None
         for r in range(self.pp):
             c = self.choice(r)
