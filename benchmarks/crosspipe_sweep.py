@@ -1,5 +1,7 @@
-"""CrossPipe's ranges in simulation: crosspipe_greedy vs 1F1B, ZB-H1 and ZB-V over boundary
-delay (0–2 × T_F), boundary bandwidth (transfer 0.25–2 × T_F), m = 2·pp and 4·pp, 2 and 4 DCs.
+"""CrossPipe's ranges in simulation: crosspipe_greedy vs 1F1B, ZB-H1 and ZB-V.
+
+Over boundary delay (0–2 × T_F), boundary bandwidth (transfer 0.25–2 × T_F), m = 2·pp and
+4·pp, 2 and 4 DCs.
 
 Runs every cell of ``experiments/crosspipe-sweep.yaml`` and ``crosspipe-sweep-4dc.yaml``
 through the cell's plan and testbed's simulator (calibrated costs included), and writes one row

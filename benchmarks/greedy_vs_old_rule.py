@@ -77,11 +77,11 @@ def main() -> int:
     for name, cell, exp in greedy_cells():
         new_s, rule = predict_with(crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"], exp)
         old_s, _ = predict_with(old, exp)
-        rows.append({"experiment": name, "cell_id": cell.cell_id,
-                     **{k: v for k, v in cell.params.items() if k != "workload.schedule"},
+        params = {k: v for k, v in cell.params.items() if k != "workload.schedule"}
+        rows.append({"experiment": name, "cell_id": cell.cell_id, **params,
                      "old_s": old_s, "new_s": new_s, "change_pct": round(
                          100 * (new_s - old_s) / old_s, 2), "schedule_rule": rule})
-        print(f"{name:26} {cell.cell_id} {cell.params} old {old_s:.4f} s new {new_s:.4f} s "
+        print(f"{name:26} {cell.cell_id} {params} old {old_s:.4f} s new {new_s:.4f} s "
               f"({rows[-1]['change_pct']:+.2f} %, {rule})")
     worse = [r for r in rows if r["new_s"] > r["old_s"] + TOLERANCE_S]
     print(f"{len(rows)} configurations: {len(worse)} longer, "

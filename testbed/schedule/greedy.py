@@ -1,9 +1,10 @@
 """``crosspipe_greedy``: a list scheduler over simulated time with split backward (I, W).
 
-Each rank runs, of the actions it could start earliest (within ``TIE_WINDOW_MS``), the one its
-selection rule puts first (microbatches in order within each kind); an F only while the memory limit allows (the
-W of microbatch i − limit has ended); an input is ready once it has crossed its boundary (a
-FIFO per boundary and direction: serialization, then the one-way delay). Two rules:
+Each rank runs, of the actions it could start earliest (within ``TIE_WINDOW_MS``), the one
+its selection rule puts first (microbatches in order within each kind); an F only while the
+memory limit allows (the W of microbatch i − limit has ended); an input is ready once it has
+crossed its boundary (a FIFO per boundary and direction: serialization, then the one-way
+delay). Two rules:
 
 - ``crosspipe``, CrossPipe's published rule: after an F prefer I > F > W (I is the
   input-gradient backward, CrossPipe's B); after an I (or a W), F > I > W; while the rank
