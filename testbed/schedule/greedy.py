@@ -12,13 +12,13 @@ delay). Two rules:
   W first (it frees memory); once every F has run, I > W.
 - ``fixed``, the fixed priority I > F > W that testbed used before.
 
-Neither wins everywhere (on p=4, m=8, F=I=W=20 ms, memory 4, one 10 ms boundary with an 8 ms
-transfer the fixed rule is 20 ms shorter; elsewhere CrossPipe's is up to 40 ms shorter), so
-``crosspipe_greedy`` builds both and keeps the shorter: timed by ``CrossDCContext.evaluate``
-(testbed's simulator on the cell, when the caller passes it) or else by the scheduler's own
-model of the context's links; a tie keeps CrossPipe's. ``Schedule.variant`` names the rule
-that won. Times are whole microseconds (``testbed.schedule.context.to_us``), so sub-µs noise
-in the inputs never flips a tie.
+Neither wins everywhere (CrossPipe's is 40 ms shorter on p=4, m=8, F=I=W=20 ms, memory 4, one
+boundary without delay; the fixed rule is shorter in 9 of the 50 four-DC configurations of
+``experiments/crosspipe-sweep-4dc.yaml``), so ``crosspipe_greedy`` builds both and keeps the
+shorter: timed by ``CrossDCContext.evaluate`` (testbed's simulator on the cell, when the
+caller passes it) or else by the scheduler's own model of the context's links; a tie keeps
+CrossPipe's. ``Schedule.variant`` names the rule that won. Times are whole microseconds
+(``testbed.schedule.context.to_us``), so sub-µs noise in the inputs never flips a tie.
 """
 from __future__ import annotations
 
