@@ -15,7 +15,7 @@ from pathlib import Path
 
 from testbed.metrics import metrics_from_traces
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
-from testbed.train.local import run_local
+from testbed.launch.loopback import run_local
 
 P, F_MS, B_MS = 4, 20, 40
 TARGET_PP = 2.0

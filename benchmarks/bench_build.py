@@ -18,7 +18,7 @@ import time
 from testbed.net import ledger as ledgers
 from testbed.net.backends import get_backend
 from testbed.net.ledger import Ledger, new_tag
-from testbed.net.topology import DC, Topology
+from testbed.topology import DC, Topology
 
 BACKENDS = ("netns", "mininet")
 REPEATS = 3

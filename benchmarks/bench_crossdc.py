@@ -22,7 +22,7 @@ from testbed.schedule.generators import generate
 from testbed.schedule.ir import Schedule
 from testbed.schedule.lower import lower
 from testbed.sim.engine import UNSHAPED, Path, SimInput, SimResult, simulate
-from testbed.train.executor import ComputeTimes
+from testbed.spec.workload import ComputeTimes
 
 PP, M, F_MS, B_MS = 4, 8, 20.0, 40.0
 DELAY_MS = 2 * F_MS

@@ -26,9 +26,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.net.emulation import emulated_network  # noqa: E402
+from testbed.net.backends import emulated_network  # noqa: E402
 from testbed.net.measure import rtt, throughput  # noqa: E402
-from testbed.net.topology import LinkProfile, Topology  # noqa: E402
+from testbed.topology import LinkProfile, Topology  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # TCP payload per Ethernet frame at MTU 1500 with timestamps: 1448 of 1514 bytes.

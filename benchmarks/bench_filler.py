@@ -28,7 +28,7 @@ from pathlib import Path
 
 from testbed.metrics import load_traces, metrics_from_traces
 from testbed.spec import Compute, Filler, ModelSpec, Parallel, Workload
-from testbed.train.local import run_local
+from testbed.launch.loopback import run_local
 
 REPEATS = 2
 TARGET_UTILIZATION, TARGET_SLOWDOWN = 0.85, 0.02

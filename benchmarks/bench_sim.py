@@ -22,11 +22,11 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.metrics import load_traces, metrics_from_traces
-from testbed.net.topology import DC, Topology
+from testbed.topology import DC, Topology
 from testbed.schedule.registry import SCHEDULES
 from testbed.sim import predict
 from testbed.spec import Compute, Experiment, ModelSpec, Parallel, Workload
-from testbed.train.local import run_local
+from testbed.launch.loopback import run_local
 
 TARGET_PCT = 5.0  # issue 6: simulator vs measured iteration time
 F_MS, B_MS = 20.0, 40.0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from testbed.metrics import load_traces, per_iteration
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
-from testbed.train.local import run_local
+from testbed.launch.loopback import run_local
 from testbed.train.trace import Tracer
 
 REPEATS = 7

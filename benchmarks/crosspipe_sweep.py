@@ -39,8 +39,8 @@ def cell_rows() -> list[dict]:
     for dcs, name in SWEEPS.items():
         for cell in load_experiment(PROJECT_ROOT / "experiments" / name).cells:
             exp = cell.experiment
-            plan = plan_cell(exp)
-            res = run(exp, plan)
+            plan = plan_cell(cell)
+            res = run(plan.sim_input())
             rows.append({"dcs": dcs, **{a: cell.params[a] for a in AXES},
                          "schedule": exp.workload.schedule, "cell_id": cell.cell_id,
                          "iteration_s": round(res.span_s, 6),

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import subprocess
 import sys
 import types
 from pathlib import Path
 
-from testbed.plan import plan_cell
+from testbed.plan import plan_cell, predict
 from testbed.schedule import crossdc
-from testbed.sim import predict
 from testbed.spec import PROJECT_ROOT, load_experiment
 
 OLD_REV = "2882731"  # main before issue 18: crosspipe_greedy with the fixed I > F > W rule
@@ -41,7 +41,7 @@ def old_generator(rev: str):
 
 
 def greedy_cells():
-    """(experiment file, cell, experiment with schedule crosspipe_greedy), deduplicated."""
+    """(experiment file, cell, the cell with schedule crosspipe_greedy), deduplicated."""
     seen = set()
     for path in sorted((PROJECT_ROOT / "experiments").glob("*.yaml")):
         for cell in load_experiment(path).cells:
@@ -53,16 +53,16 @@ def greedy_cells():
             key = exp.model_dump_json()
             if key not in seen:
                 seen.add(key)
-                yield path.name, cell, exp
+                yield path.name, cell, dataclasses.replace(cell, experiment=exp)
 
 
-def predict_with(generator, exp) -> tuple[float, str]:
+def predict_with(generator, cell) -> tuple[float, str]:
     """(predicted iteration s, schedule variant) with ``generator`` as crosspipe_greedy."""
     saved = crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"]
     crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"] = generator
     try:
-        plan = plan_cell(exp)
-        return predict(exp, None, plan)["predicted_iteration_time_s"], plan.schedule.variant
+        plan = plan_cell(cell)
+        return predict(plan)["predicted_iteration_time_s"], plan.schedule.variant
     finally:
         crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"] = saved
 
@@ -74,9 +74,9 @@ def main() -> int:
     args = ap.parse_args()
     old = old_generator(args.old_rev)
     rows = []
-    for name, cell, exp in greedy_cells():
-        new_s, rule = predict_with(crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"], exp)
-        old_s, _ = predict_with(old, exp)
+    for name, cell, greedy_cell in greedy_cells():
+        new_s, rule = predict_with(crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"], greedy_cell)
+        old_s, _ = predict_with(old, greedy_cell)
         params = {k: v for k, v in cell.params.items() if k != "workload.schedule"}
         rows.append({"experiment": name, "cell_id": cell.cell_id, **params,
                      "old_s": old_s, "new_s": new_s, "change_pct": round(

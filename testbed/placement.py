@@ -28,23 +28,14 @@ from typing import Callable
 import numpy as np
 
 from testbed.errors import Problem, SpecError
-from testbed.net.topology import Topology
+from testbed.launch.cellfile import Slot
+from testbed.spec import PLACEMENT_STRATEGIES
+from testbed.topology import Topology
 
 log = logging.getLogger(__name__)
 
 CBA_CANDIDATES = 8  # ILP solutions the simulator re-ranks
 ATLAS_MAX_ORDERS = 200_000  # DC subsets × chain orders atlas may enumerate
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where one rank runs."""
-
-    rank: int
-    pp_rank: int
-    dp_rank: int
-    dc: str
-    host_index: int
 
 
 @dataclass(frozen=True)
@@ -256,16 +247,15 @@ def cba(problem: PlacementProblem) -> list[Slot]:
     return placed[best]
 
 
-STRATEGIES = ("in_order", "atlas", "cba")
 
 
 def place(strategy: str, topology: Topology, pp: int, dp: int,
           problem: Callable[[], PlacementProblem]) -> list[Slot]:
-    """The slots of ``strategy`` (one of STRATEGIES); ``problem`` builds the link costs, which
+    """The slots of ``strategy`` (one of PLACEMENT_STRATEGIES); ``problem`` builds the link costs, which
     only the link-aware strategies ask for. Raises SpecError when it cannot place."""
     if strategy == "in_order":
         return in_order(topology, pp, dp)
     link_aware = {"atlas": atlas, "cba": cba}
     if strategy not in link_aware:
-        raise ValueError(f"unknown placement {strategy!r}; valid: {', '.join(STRATEGIES)}")
+        raise ValueError(f"unknown placement {strategy!r}; valid: {', '.join(PLACEMENT_STRATEGIES)}")
     return link_aware[strategy](problem())

@@ -2,7 +2,7 @@
 import pytest
 
 from testbed.errors import SpecError
-from testbed.net.topology import Topology
+from testbed.topology import Topology
 from testbed.placement import in_order, stage_dcs
 
 

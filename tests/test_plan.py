@@ -6,8 +6,7 @@ import textwrap
 
 import pytest
 
-from testbed.plan import crossdc_context, plan_cell
-from testbed.sim import predict
+from testbed.plan import crossdc_context, plan_cell, predict
 from testbed.spec import PROJECT_ROOT, load_experiment
 from testbed.train.worker import WorkerFailure, _schedule
 
@@ -32,11 +31,11 @@ matrix:
 
 
 def test_cba_beats_in_order_on_the_unequal_three_dc_topology_in_simulation(tmp_path):
-    cells = {c.params["placement"]: c.experiment for c in _load(tmp_path, UNEQUAL).cells}
-    dcs = {k: plan_cell(e).stage_dcs for k, e in cells.items()}
+    plans = {c.params["placement"]: plan_cell(c) for c in _load(tmp_path, UNEQUAL).cells}
+    dcs = {k: p.stage_dcs for k, p in plans.items()}
     assert dcs["in_order"] == ["east", "east", "mid", "mid", "west", "west"]
     assert "mid" not in dcs["cba"] and "mid" not in dcs["atlas"]
-    t = {k: predict(e, plan=plan_cell(e))["predicted_iteration_time_s"] for k, e in cells.items()}
+    t = {k: p.prediction["predicted_iteration_time_s"] for k, p in plans.items()}
     assert t["cba"] <= 0.8 * t["in_order"], t
 
 
@@ -57,8 +56,8 @@ matrix:
 
 
 def test_cross_dc_context_comes_from_the_placements_boundary(tmp_path):
-    exp = _load(tmp_path, CROSS).cells[1].experiment
-    ctx = crossdc_context(exp, plan_cell(exp).slots)
+    plan = plan_cell(_load(tmp_path, CROSS).cells[1])
+    ctx = crossdc_context(plan.experiment, plan.paths, plan.costs, plan.slots)
     assert (ctx.f_ms, ctx.b_ms, ctx.memory_limit) == (20, 40, 4)
     # stage 1 → 2 crosses the 40 ms (2 × TF) link; 1 MiB at 1 Gbit/s ≈ 8.8 ms on the wire
     assert ctx.boundaries[1].delay_ms == pytest.approx(40, abs=0.5)
@@ -69,21 +68,22 @@ def test_cross_dc_context_comes_from_the_placements_boundary(tmp_path):
 def test_cross_dc_schedules_are_planned_and_predicted_within_the_memory_limit(tmp_path):
     got = {}
     for c in _load(tmp_path, CROSS).cells:
-        plan = plan_cell(c.experiment)
+        plan = plan_cell(c)
         assert plan.schedule.name == c.params["workload.schedule"]
-        got[plan.schedule.name] = predict(c.experiment, memory_limit=4, plan=plan)
+        got[plan.schedule.name] = predict(plan, memory_limit=4)
     assert all(p["predicted_memory_ok"] for p in got.values())
     best = min(got[k]["predicted_iteration_time_s"] for k in ("crosspipe_greedy", "crosspipe_milp"))
     assert best <= 0.8 * got["1f1b"]["predicted_iteration_time_s"]
 
 
 def test_worker_runs_the_planned_schedule_and_refuses_an_unplanned_cross_dc_one(tmp_path):
-    exp = _load(tmp_path, CROSS).cells[2].experiment
-    plan = plan_cell(exp)
-    cell = {"schedule": plan.schedule.to_dict()}
+    plan = plan_cell(_load(tmp_path, CROSS).cells[2])
+    exp = plan.experiment
+    cell = plan.cell_file()
     assert _schedule(cell, exp.workload).to_rows() == plan.schedule.to_rows()
+    unplanned = cell.model_copy(update={"schedule": None})
     with pytest.raises(WorkerFailure, match="run it through the runner"):
-        _schedule({}, exp.workload)
+        _schedule(unplanned, exp.workload)
     other = exp.workload.model_copy(update={"microbatches": 4})
     with pytest.raises(WorkerFailure, match="the workload says"):
         _schedule(cell, other)

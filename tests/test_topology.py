@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from testbed.net.topology import LinkProfile, Topology
+from testbed.topology import LinkProfile, Topology
 from testbed.spec import load_topology
 
 ROOT = Path(__file__).resolve().parents[1] / "topologies"

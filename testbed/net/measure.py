@@ -9,8 +9,8 @@ import sys
 from dataclasses import dataclass
 
 from testbed.errors import CommandError, NetworkError
-from testbed.net.backends.base import Network, Node
-from testbed.net.topology import ResolvedLink
+from testbed.net.network import Network, Node
+from testbed.topology import ResolvedLink
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from testbed.errors import ShapingError
 from testbed.net.shaping.shapers import Shaper
-from testbed.net.topology import LinkProfile, ResolvedLink
+from testbed.topology import LinkProfile, ResolvedLink
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from testbed.errors import MachineError
-from testbed.net.topology import Topology
+from testbed.topology import Topology
 
 log = logging.getLogger(__name__)
 PROC = Path("/proc/sys/net/ipv4")

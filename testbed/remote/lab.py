@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import platform
+from importlib import metadata
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabric import Connection
+
+import testbed
 
 from testbed.errors import MachineError
 from testbed.remote import clocks, ssh
@@ -25,14 +29,9 @@ VERSION_TIMEOUT_S = 120.0  # importing torch on a cold host takes a while
 
 
 def local_versions() -> dict[str, str]:
-    """testbed's and torch's versions on the controller."""
-    import platform
-
-    import torch
-
-    import testbed
-
-    return {"testbed": testbed.__version__, "torch": torch.__version__,
+    """testbed's and torch's versions on the controller (torch's from its installed
+    metadata: the controller never needs to import it)."""
+    return {"testbed": testbed.__version__, "torch": metadata.version("torch"),
             "python": platform.python_version()}
 
 
@@ -121,14 +120,6 @@ class Lab:
         return "htb", (f"no sch_netem on {', '.join(lacking)}: rate and queue only (htb); "
                        "cells with delay, jitter or loss fail")
 
-    def bring_up(self, exp, links, shaper: str, record_dir: Path, stack):
-        """The experiment's network on this lab, shaped and read back (see
-        testbed.net.backends.remote.bring_up); undone when ``stack`` closes."""
-        from testbed.net.backends.remote import bring_up
-
-        return bring_up(self, exp.remote.workdir, exp.network_topology(), links, shaper,
-                        record_dir, stack)
-
     def clock_report(self) -> dict[str, dict]:
         return {name: c.as_dict() for name, c in self.offsets.items()}
 
@@ -138,9 +129,28 @@ class Lab:
         self.conns = {}
 
 
-def open_for(le) -> Lab:
-    """The lab of a loaded experiment (``remote`` section; paths relative to the experiment
-    file), connected and checked."""
-    r, base = le.experiment.remote, Path(le.path).parent
-    return Lab.open(resolve_path(r.inventory, base), [dc.name for dc in le.experiment.topology.dcs],
-                    resolve_path(r.known_hosts, base), r.connect_timeout_s, r.clock_samples)
+@dataclass(frozen=True)
+class LabSettings:
+    """Which lab to connect to, from an experiment's ``remote`` section with its paths
+    resolved against the experiment file's directory."""
+
+    inventory: Path
+    dcs: tuple[str, ...]
+    known_hosts: Path
+    workdir: str = "/tmp"
+    connect_timeout_s: float = ssh.CONNECT_TIMEOUT_S
+    clock_samples: int = clocks.DEFAULT_SAMPLES
+
+    @classmethod
+    def of(cls, exp, base: Path) -> "LabSettings":
+        """The settings of ``exp`` (an Experiment with a ``remote`` section) whose file lives
+        in ``base``."""
+        r = exp.remote
+        return cls(resolve_path(r.inventory, base), tuple(dc.name for dc in exp.topology.dcs),
+                   resolve_path(r.known_hosts, base), r.workdir, r.connect_timeout_s,
+                   r.clock_samples)
+
+    def open(self) -> Lab:
+        """The lab, connected and checked (see Lab.open)."""
+        return Lab.open(self.inventory, list(self.dcs), self.known_hosts,
+                        self.connect_timeout_s, self.clock_samples)

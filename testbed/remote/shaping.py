@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from testbed.errors import CommandError, ShapingError
 from testbed.net.shaping import tc
-from testbed.net.topology import LinkProfile
+from testbed.topology import LinkProfile
 from testbed.remote import ssh
 
 log = logging.getLogger(__name__)

@@ -12,20 +12,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from testbed.runner.store import BODY_COLUMNS, HEAD_COLUMNS, atomic_write  # noqa: E402
+from testbed.runner import columns  # noqa: E402
+from testbed.runner.store import atomic_write, cell_path  # noqa: E402
 from testbed.traceformat import read_trace  # noqa: E402
 
 log = logging.getLogger(__name__)
-METRICS = ["iteration_time_s", "bubble_ratio", "throughput_tokens_s", "exposed_comm_s"]
-# beside the measured metrics in the tables: the simulator's prediction of the same cell
-TABLE_METRICS = METRICS + ["predicted_iteration_time_s", "predicted_bubble_ratio"]
+METRICS, TABLE_METRICS = columns.METRICS, columns.TABLE_METRICS
 COLORS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#55a868"}
 
 
 def swept_columns(df: pd.DataFrame) -> list[str]:
     """The swept parameters: the columns between the head and the fixed body columns."""
-    fixed = set(HEAD_COLUMNS) | set(BODY_COLUMNS)
-    return [c for c in df.columns if c not in fixed and not c.startswith("link_")]
+    return columns.swept(list(df.columns))
 
 
 def build_report(run_dir: Path) -> list[Path]:
@@ -129,7 +127,7 @@ def _timeline_plot(ok: pd.DataFrame, run_dir: Path, plots: Path) -> list[Path]:
     """A Gantt chart of F/B/I/W per rank for the last measured iteration of one cell."""
     row = ok.iloc[-1]
     cell_id, repeat = row["cell_id"], int(row["repeat"])
-    cell_dir = run_dir / "cells" / (cell_id if repeat == 0 else f"{cell_id}-r{repeat}")
+    cell_dir = cell_path(run_dir, cell_id, repeat)
     traces = sorted(cell_dir.glob("trace-rank*.jsonl"))
     if not traces:
         log.info("no traces in %s; timeline skipped", cell_dir)

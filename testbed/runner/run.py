@@ -3,9 +3,8 @@
 A failed cell is recorded and the sweep goes on; Ctrl-C (or SIGTERM) tears the current cell
 down and stops with finished rows intact; ``--resume`` skips the cells that already have an
 ``ok`` row (failed ones run again and their row is replaced).
-
-Status: written and unit-tested through the store; ``run`` is offered by the CLI only once
-``testbed.runner.netops`` (the adapter to the network backends, shapers and workers) exists.
+Every cell is planned before the first network is built: a sweep with any cell that cannot
+be planned stops with exit 2 (every such cell listed) and builds nothing.
 """
 from __future__ import annotations
 
@@ -23,6 +22,10 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from testbed.errors import EXIT_CELLS_FAILED, EXIT_OK, Problem, SpecError
+from testbed.net.backends import get_backend
+from testbed.plan import CellPlan, plan_all
+from testbed.remote.lab import LabSettings
+from testbed.runner.cell import CellRunner
 from testbed.runner.store import RunStore
 from testbed.spec import Cell, LoadedExperiment, load_experiment
 
@@ -102,41 +105,49 @@ def _run_log(store: RunStore) -> Iterator[None]:
 def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int, RunStore]:
     """Run (or resume) an experiment; returns (exit code, store).
 
-    Exit code 0 when every row is ok, 1 when some cell failed. Raises SpecError for bad input,
-    MachineError when the machine cannot run it, Interrupted when stopped by a signal.
+    Exit code 0 when every row is ok, 1 when some cell failed. Raises SpecError for bad input
+    (including cells that cannot be planned: nothing is built then), MachineError when the
+    machine cannot run it, Interrupted when stopped by a signal.
     """
-    from testbed.runner.cell import CellRunner
-
     le = load_experiment(path)
-    cells = select_cells(le, opts.only)
+    plans = plan_all(le, select_cells(le, opts.only))
     store = open_store(le, opts)
-    store.write_json("resolved.json", {c.cell_id: {"params": c.params,
-                                                   "experiment": c.experiment.model_dump(mode="json")}
-                                       for c in le.cells})
-    todo = [(c, r) for c in cells for r in range(le.experiment.repeat)
-            if (c.cell_id, r) not in store.finished()]
-    console.print(f"run [bold]{store.root}[/]: {len(todo)} of {len(cells) * le.experiment.repeat} "
+    store.write_json("resolved.json", {p.cell.cell_id: resolved(p) for p in plans})
+    exp = le.experiment
+    todo = [(p, r) for p in plans for r in range(exp.repeat)
+            if (p.cell.cell_id, r) not in store.finished()]
+    console.print(f"run [bold]{store.root}[/]: {len(todo)} of {len(plans) * exp.repeat} "
                   f"cell runs to do")
-    with _run_log(store), _signals_as_interrupt(), CellRunner(le, store) as runner:
+    lab = LabSettings.of(exp, Path(le.path).parent) if exp.remote is not None else None
+    with _run_log(store), _signals_as_interrupt(), \
+            CellRunner(get_backend(exp.backend, lab), exp.shaper, store) as runner:
         _sweep(todo, runner, store, console, opts.quiet)
     failed = [r for r in store.rows if r.get("status") != "ok"]
     return (EXIT_CELLS_FAILED if failed else EXIT_OK), store
 
 
-def _sweep(todo: list[tuple[Cell, int]], runner, store: RunStore, console: Console,
-           quiet: bool) -> None:
+def resolved(plan: CellPlan) -> dict:
+    """What resolved.json keeps of a cell: its parameters, the resolved experiment, the
+    placement and the prediction."""
+    return {"params": plan.cell.params,
+            "experiment": plan.experiment.model_dump(mode="json"),
+            "placement_stage_dcs": plan.stage_dcs, "prediction": plan.prediction}
+
+
+def _sweep(todo: list[tuple[CellPlan, int]], runner: CellRunner, store: RunStore,
+           console: Console, quiet: bool) -> None:
     plain = quiet or not console.is_terminal
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                         console=console, disable=plain)
     with progress:
         task = progress.add_task("cells", total=len(todo))
-        for i, (cell, repeat) in enumerate(todo):
-            progress.update(task, description=f"[{cell.cell_id}] {cell.label}")
+        for i, (plan, repeat) in enumerate(todo):
+            progress.update(task, description=f"[{plan.cell.cell_id}] {plan.cell.label}")
             t0 = time.monotonic()
-            row = runner.run(cell, repeat)
+            row = runner.run(plan, repeat)
             store.put(row)
-            msg = _one_line(i, len(todo), cell, repeat, row, time.monotonic() - t0)
+            msg = _one_line(i, len(todo), plan.cell, repeat, row, time.monotonic() - t0)
             log.info(msg)
             if plain and not quiet:
                 console.print(msg, highlight=False)

@@ -22,21 +22,9 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.errors import SpecError, Problem
+from testbed.errors import Problem, SpecError
+from testbed.runner import columns
 
-# Leading columns in this order (ARCHITECTURE.md); swept parameters follow "error", link
-# fidelity columns come last.
-HEAD_COLUMNS = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
-BODY_COLUMNS = [
-    "backend", "shaper", "placement", "placement_stage_dcs", "schedule", "executor",
-    "compute_mode", "pp", "dp", "chunks", "microbatches", "iteration_time_s",
-    "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max", "bubble_ratio_megatron", "throughput_tokens_s", "throughput_samples_s",
-    "exposed_comm_s", "predicted_iteration_time_s", "predicted_bubble_ratio",
-    "predicted_exposed_comm_s", "predicted_peak_inflight", "utilization", "training_utilization",
-    "filler_requests_per_s", "filler_tokens_per_s", "filler_overrun_s", "iterations_measured",
-    "delayline_drops", "queue_drops", "started_at", "duration_s",
-]
-STATUSES = ("ok", "failed", "skipped")
 
 
 def new_run_id() -> str:
@@ -98,7 +86,7 @@ class RunStore:
 
     def cell_dir(self, cell_id: str, repeat: int) -> Path:
         """The directory for one cell × repeat (created)."""
-        d = self.root / "cells" / (cell_id if repeat == 0 else f"{cell_id}-r{repeat}")
+        d = cell_path(self.root, cell_id, repeat)
         d.mkdir(parents=True, exist_ok=True)
         return d
 
@@ -115,7 +103,7 @@ class RunStore:
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame with the contract's column order."""
         df = pd.DataFrame(self.rows)
-        return df[ordered_columns(list(df.columns))] if len(df) else df
+        return df[columns.ordered(list(df.columns))] if len(df) else df
 
     def write(self) -> None:
         """Write results.csv (and results.parquet when possible), each atomically."""
@@ -133,13 +121,9 @@ class RunStore:
         atomic_write(self.root / name, json.dumps(data, indent=2, default=str).encode())
 
 
-def ordered_columns(columns: list[str]) -> list[str]:
-    """Contract order: head, swept parameters (dotted), body, then link columns."""
-    head = [c for c in HEAD_COLUMNS if c in columns]
-    body = [c for c in BODY_COLUMNS if c in columns]
-    links = sorted(c for c in columns if c.startswith("link_"))
-    params = [c for c in columns if c not in head + body + links]
-    return head + params + body + links
+def cell_path(run_dir: Path, cell_id: str, repeat: int) -> Path:
+    """Where one cell × repeat's directory is inside a run directory."""
+    return Path(run_dir) / "cells" / (cell_id if repeat == 0 else f"{cell_id}-r{repeat}")
 
 
 def _clean(v: Any) -> Any:

@@ -2,7 +2,7 @@
 
 Each produces the per-rank compute order torch.distributed.pipelining 2.13 uses for the same
 schedule (tests compare them), except 1F1B on the last rank, where torch's exported order is
-wrong (FACTS.md). Stage layouts: one chunk per rank → stage r on rank r; interleaved (v chunks)
+wrong (docs/facts.md). Layouts: one chunk per rank → stage r on rank r; interleaved (v chunks)
 → stage s on rank s mod pp; V-shaped (zbv, dualpipev) → rank r holds stages r and 2·pp−1−r.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _gpipe(pp: int, microbatches: int, chunks: int) -> Schedule:
 def _one_f_one_b(pp: int, microbatches: int, chunks: int) -> Schedule:
     """PipeDream-Flush: rank r runs pp−1−r warm-up forwards, then alternates one forward and
     one backward, then drains the remaining backwards. Microbatches are numbered 0…m−1 on every
-    rank (torch 2.13's exported order numbers the last rank 1…m; FACTS.md)."""
+    rank (torch 2.13's exported order numbers the last rank 1…m; docs/facts.md)."""
     actions = [one_f_one_b_rank(r, min(pp - 1 - r, microbatches), microbatches)
                for r in range(pp)]
     return Schedule("1f1b", pp, pp, microbatches, list(range(pp)), actions)

@@ -1,11 +1,12 @@
 """Discrete-event prediction of a schedule's timeline under per-link latency, bandwidth and an
-activation-memory limit (no processes, no sockets, no root).
+activation-memory limit (no processes, no sockets, no root, no torch).
 
-``predict(exp)`` takes one cell's experiment (a ``testbed.spec.Cell.experiment``) and returns
-``predicted_*`` values with the definitions of ``testbed.metrics`` (bubble = idle / span per
-rank, mean and max over ranks; exposed communication = time blocked on receives and on the
-final send wait, mean over ranks), so that they sit beside the measured columns. The model is
-in ``testbed.sim.engine``; the fixed software costs it adds, measured here, in
+``run(inp)`` simulates one iteration of an engine input (``testbed.sim.inputs.build_input``,
+which ``testbed.plan`` calls with a cell's plan); ``predicted(res)`` gives ``predicted_*``
+values with the definitions of ``testbed.metrics`` (bubble = idle / span per rank, mean and max
+over ranks; exposed communication = time blocked on receives and on the final send wait, mean
+over ranks), so that they sit beside the measured columns. The model is in
+``testbed.sim.engine``; the fixed software costs it adds, measured here, in
 ``testbed.sim.calibration``.
 """
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.errors import EXIT_BAD_INPUT, TestbedError
-from testbed.sim.engine import Deadlock, SimResult, simulate
-from testbed.spec import Experiment
+from testbed.sim.engine import Deadlock, SimInput, SimResult, simulate
 
 
 class SimulationError(TestbedError):
@@ -23,27 +23,22 @@ class SimulationError(TestbedError):
     exit_code = EXIT_BAD_INPUT
 
 
-def run(exp: Experiment, plan=None) -> SimResult:
-    """Simulate one iteration of ``exp``'s workload on its network under ``plan`` (a
-    ``testbed.plan.CellPlan``; the experiment's own when None); raises SimulationError."""
-    from testbed.sim.inputs import sim_input
-
+def run(inp: SimInput) -> SimResult:
+    """Simulate one iteration; raises SimulationError when the order deadlocks."""
     try:
-        return simulate(sim_input(exp, plan))
+        return simulate(inp)
     except Deadlock as e:
-        raise SimulationError(f"{exp.workload.schedule}: {e}") from None
-    except ValueError as e:  # compute times neither given nor derivable
-        raise SimulationError(f"cannot simulate: {e}") from None
+        raise SimulationError(f"{inp.schedule.name}: {e}") from None
 
 
-def predict(exp: Experiment, memory_limit: int | None = None, plan=None) -> dict[str, Any]:
-    """Predicted metrics of one cell, keyed like the results CSV (``predicted_…``).
+def predicted(res: SimResult, memory_limit: int | None = None) -> dict[str, Any]:
+    """Predicted metrics of one simulated iteration, keyed like the results CSV
+    (``predicted_…``).
 
     ``memory_limit`` (microbatches of activations a virtual stage may hold) is checked, not
     enforced: the schedule's order is fixed, so ``predicted_memory_ok`` says whether the
-    schedule stays within it. Raises SimulationError when the cell cannot be simulated.
+    schedule stays within it.
     """
-    res = run(exp, plan)
     out = {f"predicted_{k}": round(v, 6) for k, v in res.metrics().items()}
     out["predicted_peak_inflight"] = max(res.peak_inflight_per_stage)
     out["predicted_peak_inflight_per_stage"] = list(res.peak_inflight_per_stage)

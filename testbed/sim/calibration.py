@@ -27,7 +27,7 @@ MESSAGE_LATENCY_S = 323e-6
 POST_RECV_S = 64e-6
 # gloo's throughput between two processes on an unshaped path, bytes/s: 4 MiB messages on
 # loopback took 3.06 ms from isend to the receiver (median), 0.32 ms of it fixed: 1.53 GB/s.
-# Not measured over veth (namespaces need root); raw veth TCP is about 2 GB/s (FACTS.md).
+# Not measured over veth (namespaces need root); raw veth TCP is about 2 GB/s (docs/facts.md).
 UNSHAPED_BYTES_PER_S = 1.5e9
 # TCP over Ethernet: 1448 payload bytes (MSS with timestamps) per 1514 bytes that htb/tbf count.
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448

@@ -24,43 +24,14 @@ import torch
 import torch.distributed as dist
 
 from testbed.schedule.ir import Action, Kind, Schedule
-from testbed.spec import Workload
+from testbed.spec.workload import (ComputeTimes, Workload, activation_numel, bytes_factor,
+                                   stage_params)
 from testbed.train import model as M
 from testbed.train.filler import NoFiller
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transfer, Transport
 
 ns = time.monotonic_ns
-
-
-@dataclass
-class ComputeTimes:
-    """Emulated durations in seconds per virtual stage and microbatch."""
-
-    f: float
-    b: float
-    w: float
-
-    @property
-    def i(self) -> float:
-        return self.b - self.w
-
-    @classmethod
-    def from_workload(cls, w: Workload, stage: int, n_stages: int) -> "ComputeTimes":
-        """From forward_ms/backward_ms/weight_ms, or from FLOPs on a device at an MFU (B = 2F,
-        W = B/2); raises ValueError when neither is given."""
-        c = w.compute
-        if c.forward_ms is not None and c.backward_ms is not None:
-            f, b = c.forward_ms / 1000, c.backward_ms / 1000
-        elif c.device in M.PEAK_FLOPS:
-            f = M.forward_flops(w.model, stage, n_stages, w.microbatch_size) / (
-                M.PEAK_FLOPS[c.device] * c.mfu)
-            b = 2 * f
-        else:
-            raise ValueError("emulated compute needs forward_ms and backward_ms, or a device "
-                             f"with a known peak ({', '.join(M.PEAK_FLOPS)})")
-        wt = c.weight_ms / 1000 if c.weight_ms is not None else b / 2
-        return cls(f, b, wt)
 
 
 @dataclass
@@ -111,8 +82,7 @@ class Executor:
         self.stages = ctx.schedule.stages_of(ctx.pp_rank)
         self.actions = ctx.schedule.actions[ctx.pp_rank]
         self.dp_group = dp_group
-        self.elem = M.activation_numel(w.model, w.microbatch_size,
-                                       1.0 if self.real else self._bytes_factor())
+        self.elem = activation_numel(w.model, w.microbatch_size, bytes_factor(w))
         self.shape = ((w.microbatch_size, w.model.seq_len, w.model.hidden) if self.real
                       else (self.elem,))
         if self.real:
@@ -122,7 +92,7 @@ class Executor:
             self.act = torch.randn(self.shape)
             # gradients of each stage's true size (× bytes_scale) for the DP all-reduce
             self.grad_buffers = {s: torch.zeros(max(1, int(
-                M.stage_params(w.model, s, self.n_stages) * self._bytes_factor()))
+                stage_params(w.model, s, self.n_stages) * bytes_factor(w)))
                 if ctx.dp > 1 else 1) for s in self.stages}
         # a stage's gradients are complete after its last B (or W): its DP all-reduce starts
         # there, overlapping whatever this rank still has to do (the other chunk's cool-down)
@@ -130,11 +100,6 @@ class Executor:
         for i, a in enumerate(self.actions):
             if a.kind in (Kind.B, Kind.W):
                 self.grads_done_at[a.stage] = i
-
-    def _bytes_factor(self) -> float:
-        """Emulated tensors are float32; bfloat16 halves the bytes, bytes_scale shrinks them."""
-        c = self.w.compute
-        return c.bytes_scale * (0.5 if c.dtype == "bfloat16" else 1.0)
 
     def _init_real(self) -> None:
         spec, n = self.w.model, self.n_stages

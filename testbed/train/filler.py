@@ -27,6 +27,7 @@ from typing import Any, Callable, Hashable
 import torch
 
 from testbed.spec import Filler as FillerSpec
+from testbed.train.model import build_stage
 
 ns = time.monotonic_ns
 TAIL = ("TAIL", None, None)  # the wait point between iterations (the start barrier)
@@ -111,7 +112,6 @@ def emulated_prefill(spec: FillerSpec) -> Callable[[], None]:
 
 def real_prefill(spec: FillerSpec, seed: int) -> Callable[[], None]:
     """One real request: a no-grad forward of the filler model over a fixed prompt."""
-    from testbed.train.model import build_stage
     model = build_stage(spec.model, 0, 1, seed).eval()
     prompt = torch.randint(0, spec.model.vocab, (1, spec.prompt_tokens),
                            generator=torch.Generator().manual_seed(seed))

@@ -1,4 +1,4 @@
-"""A GPT-style decoder split into pipeline stages, and the sizes emulated compute needs.
+"""A GPT-style decoder split into pipeline stages (its sizes: ``testbed.spec.workload``).
 
 Virtual stage s of n holds a contiguous block of ``layers / n`` transformer blocks; stage 0 also
 holds the token and position embeddings, the last stage the final norm, the LM head and the
@@ -6,15 +6,10 @@ loss. Between stages flows a ``[microbatch_size, seq_len, hidden]`` activation.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
-from testbed.spec import ModelSpec
-
-# Peak dense bf16 throughput of the device profiles (vendor data sheets), FLOP/s.
-PEAK_FLOPS = {"a100": 312e12, "h100": 989e12}
+from testbed.spec.workload import ModelSpec
 
 
 class Block(nn.Module):
@@ -66,36 +61,3 @@ def build_stage(spec: ModelSpec, stage: int, n_stages: int, seed: int) -> Stage:
     torch.manual_seed(seed * 1000 + stage)
     return Stage(spec, stage, n_stages)
 
-
-def layer_params(spec: ModelSpec) -> int:
-    """Parameters of one block (attention 4h² + MLP 8h², biases and norms)."""
-    h = spec.hidden
-    return 12 * h * h + 13 * h
-
-
-def stage_params(spec: ModelSpec, stage: int, n_stages: int) -> int:
-    """Parameters held by a virtual stage (embeddings on the first, head on the last)."""
-    n = layer_params(spec) * (spec.layers // n_stages)
-    if stage == 0:
-        n += (spec.vocab + spec.seq_len) * spec.hidden
-    if stage == n_stages - 1:
-        n += spec.vocab * spec.hidden + 2 * spec.hidden
-    return n
-
-
-def forward_flops(spec: ModelSpec, stage: int, n_stages: int, microbatch_size: int) -> float:
-    """FLOPs of one stage's forward for one microbatch: 2 per parameter per token for the
-    matrices, plus attention scores (2·s²·h per layer, twice)."""
-    tokens = microbatch_size * spec.seq_len
-    layers = spec.layers // n_stages
-    flops = 2 * tokens * layer_params(spec) * layers
-    flops += 4 * microbatch_size * spec.seq_len ** 2 * spec.hidden * layers
-    if stage == n_stages - 1:
-        flops += 2 * tokens * spec.vocab * spec.hidden
-    return float(flops)
-
-
-def activation_numel(spec: ModelSpec, microbatch_size: int, bytes_scale: float = 1.0) -> int:
-    """Elements of the activation (and its gradient) between stages, scaled by
-    ``bytes_scale`` (at least 1)."""
-    return max(1, math.ceil(microbatch_size * spec.seq_len * spec.hidden * bytes_scale))

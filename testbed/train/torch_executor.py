@@ -4,7 +4,7 @@ Stages are ``PipelineStage`` objects on the pipeline's process group; the schedu
 torch's (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV).
 Tracing wraps each stage's ``forward_one_chunk`` / ``backward_one_chunk`` /
 ``backward_weight_one_chunk`` (pure compute) and torch's ``_wait_batch_p2p`` (communication
-waits), as FACTS.md recommends; these are private hooks of torch 2.13 (pinned).
+waits), as docs/facts.md explains; these are private hooks of torch 2.13 (pinned).
 
 Emulated compute: each stage is a one-parameter module (``x · p``, so autograd has input and
 weight gradients to split) and the wrappers sleep the modelled F/B/I/W time around the call.

@@ -14,13 +14,25 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from testbed.launch.cellfile import CellFile, CellFileError
+from testbed.schedule.generators import generate
+from testbed.schedule.lower import lower
+from testbed.schedule.registry import CROSS_DC_SCHEDULES
+from testbed.train.executor import Executor, RankContext
+from testbed.train.filler import TAIL, Filler, NoFiller
+from testbed.train.torch_executor import TorchExecutor, pipeline_groups
+from testbed.train.trace import Tracer
+from testbed.train.transport import Transport, connection_groups
 
 DEFAULT_TIMEOUT_S = 600
 ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -38,13 +50,12 @@ def read_env() -> dict[str, str]:
     return {k: os.environ[k] for k in ENV}
 
 
-def read_cell(path: Path) -> dict:
+def read_cell(path: Path) -> CellFile:
+    """The cell file; raises WorkerFailure when it cannot be read."""
     try:
-        cell = json.loads(Path(path).read_text(encoding="utf-8"))
-        cell["workload"], cell["placement"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise WorkerFailure(f"cannot read cell {path}: {e}") from None
-    return cell
+        return CellFile.read(path)
+    except CellFileError as e:
+        raise WorkerFailure(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         env = read_env()
         cell = read_cell(args.cell)
-        from testbed.train.trace import Tracer
         args.out.mkdir(parents=True, exist_ok=True)
         tracer = Tracer(args.out / f"trace-rank{int(env['RANK'])}.jsonl",
                         actions=args.trace_actions != "none")
@@ -84,68 +94,21 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {head}" if head else type(e).__name__
 
 
-def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> None:
-    import torch
-    import torch.distributed as dist
-
-    from testbed.schedule.lower import lower
-    from testbed.spec import Workload
-    from testbed.train.executor import Executor, RankContext
-
-    w = Workload.model_validate(cell["workload"])
+def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False) -> None:
+    """Join the process group, run the cell's iterations on this rank, leave the group."""
+    w = cell.workload
     rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
     if world != w.world_size:
         raise WorkerFailure(f"WORLD_SIZE={world} but the workload has pp×dp={w.world_size}")
-    slot = next((p for p in cell["placement"] if p["rank"] == rank), None)
-    if slot is None:
-        raise WorkerFailure(f"rank {rank} is not in the cell's placement")
-    torch.set_num_threads(1)  # ranks share a few cores; threads would only fight
-    timeout = float(os.environ.get("TESTBED_TIMEOUT_S", DEFAULT_TIMEOUT_S))
-    # gloo carries CPU tensors; with CUDA present NCCL is registered for CUDA tensors too
-    # (this project's tensors stay on the CPU: GPU placement is not built, see the README)
-    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout))
-    from testbed.train.filler import NoFiller
+    try:
+        slot = cell.slot_of(rank)
+    except CellFileError as e:
+        raise WorkerFailure(str(e)) from None
+    _join(rank, world)
     filler = NoFiller()
     try:
-        pp, dp = w.parallel.pp, w.parallel.dp
-        groups = [dist.new_group([d * pp + s for d in range(dp)]) for s in range(pp)]
-        # P2P transfers split over workload.connections TCP connections (one group each)
-        from testbed.train.transport import Transport, connection_groups
-        transport = Transport(connection_groups(w.connections))
-        schedule = lower(_schedule(cell, w))
-        ctx = RankContext(rank, slot["pp_rank"], slot["dp_rank"], pp, dp, schedule)
-        tracer.record(type="meta", rank=rank, world_size=world, pp_rank=ctx.pp_rank,
-                      dp_rank=ctx.dp_rank, stages=schedule.stages_of(ctx.pp_rank),
-                      schedule=w.schedule, executor=w.executor, compute_mode=w.compute.mode,
-                      microbatches=w.microbatches, microbatch_size=w.microbatch_size,
-                      connections=w.connections, filler_mode=w.filler_mode,
-                      seq_len=w.model.seq_len, host=socket.gethostname(),
-                      torch_version=torch.__version__, clock="monotonic")
-        if w.executor == "torch":
-            from testbed.train.torch_executor import TorchExecutor, pipeline_groups
-            pipes = pipeline_groups(pp, dp)
-            ex = TorchExecutor(ctx, w, tracer, groups[ctx.pp_rank], pipes[ctx.dp_rank])
-        else:
-            filler = _make_filler(w, tracer)
-            ex = Executor(ctx, w, tracer, groups[ctx.pp_rank], transport, filler)
-        fault = _injected_fault(rank, cell.get("cell_id", ""))
-        margin_ns = _start_margin_ns()
-        late = 0
-        for it in range(w.iterations):
-            if it == fault:
-                raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
-            late += _start_together(margin_ns, _tail(filler, it - 1))
-            if alternate:
-                tracer.actions = it % 2 == 0
-            t0 = time.monotonic_ns()
-            loss = ex.iteration(it)
-            tracer.record(type="iter", iter=it, warmup=it < w.warmup, t0=t0,
-                          t1=time.monotonic_ns(), loss=loss)
-            tracer.flush()
-        _tail(filler, w.iterations - 1)(dist.barrier(async_op=True))
-        tracer.record(type="start_sync", margin_ms=margin_ns / 1e6, late_starts=late)
+        ex, filler = _executor(cell, slot, world, tracer)
+        _iterate(ex, filler, w, tracer, _injected_fault(rank, cell.cell_id), alternate)
     except BaseException as e:
         # when it failed, before tearing the group down: the runner names the rank whose
         # failure came first, not the peers that lost their connection to it
@@ -156,15 +119,65 @@ def run(cell: dict, env: dict[str, str], tracer, alternate: bool = False) -> Non
         dist.destroy_process_group()
 
 
-def _schedule(cell: dict, w):
+def _join(rank: int, world: int) -> None:
+    """Join the process group over the environment's MASTER_ADDR/PORT."""
+    torch.set_num_threads(1)  # ranks share a few cores; threads would only fight
+    timeout = float(os.environ.get("TESTBED_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+    # gloo carries CPU tensors; with CUDA present NCCL is registered for CUDA tensors too
+    # (this project's tensors stay on the CPU: GPU placement is not built, see the README)
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout))
+
+
+def _executor(cell: CellFile, slot, world: int, tracer):
+    """(executor, filler) of this rank, after recording the trace's meta record."""
+    w = cell.workload
+    pp, dp = w.parallel.pp, w.parallel.dp
+    groups = [dist.new_group([d * pp + s for d in range(dp)]) for s in range(pp)]
+    # P2P transfers split over workload.connections TCP connections (one group each)
+    transport = Transport(connection_groups(w.connections))
+    schedule = lower(_schedule(cell, w))
+    ctx = RankContext(slot.rank, slot.pp_rank, slot.dp_rank, pp, dp, schedule)
+    tracer.record(type="meta", rank=slot.rank, world_size=world, pp_rank=ctx.pp_rank,
+                  dp_rank=ctx.dp_rank, stages=schedule.stages_of(ctx.pp_rank),
+                  schedule=w.schedule, executor=w.executor, compute_mode=w.compute.mode,
+                  microbatches=w.microbatches, microbatch_size=w.microbatch_size,
+                  connections=w.connections, filler_mode=w.filler_mode,
+                  seq_len=w.model.seq_len, host=socket.gethostname(),
+                  torch_version=torch.__version__, clock="monotonic")
+    if w.executor == "torch":
+        pipes = pipeline_groups(pp, dp)
+        return TorchExecutor(ctx, w, tracer, groups[ctx.pp_rank], pipes[ctx.dp_rank]), \
+            NoFiller()
+    filler = _make_filler(w, tracer)
+    return Executor(ctx, w, tracer, groups[ctx.pp_rank], transport, filler), filler
+
+
+def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool) -> None:
+    """Every iteration, each started at one instant on every rank, then the closing barrier."""
+    margin_ns = _start_margin_ns()
+    late = 0
+    for it in range(w.iterations):
+        if it == fault:
+            raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
+        late += _start_together(margin_ns, _tail(filler, it - 1))
+        if alternate:
+            tracer.actions = it % 2 == 0
+        t0 = time.monotonic_ns()
+        loss = ex.iteration(it)
+        tracer.record(type="iter", iter=it, warmup=it < w.warmup, t0=t0,
+                      t1=time.monotonic_ns(), loss=loss)
+        tracer.flush()
+    _tail(filler, w.iterations - 1)(dist.barrier(async_op=True))
+    tracer.record(type="start_sync", margin_ms=margin_ns / 1e6, late_starts=late)
+
+
+def _schedule(cell: CellFile, w):
     """The cell's compute-only schedule: the one the runner planned (``cell.json``), else the
     standard generator's; cross-DC schedules exist only as planned ones."""
-    from testbed.schedule.generators import generate
-    from testbed.schedule.ir import Schedule
-    from testbed.schedule.registry import CROSS_DC_SCHEDULES
-
-    if "schedule" in cell:
-        s = Schedule.from_dict(cell["schedule"])
+    s = cell.planned_schedule()
+    if s is not None:
         if (s.name, s.pp, s.microbatches) != (w.schedule, w.parallel.pp, w.microbatches):
             raise WorkerFailure(f"cell.json's schedule is {s.name} for pp={s.pp}, "
                                 f"m={s.microbatches}; the workload says {w.schedule}, "
@@ -178,7 +191,6 @@ def _schedule(cell: dict, w):
 
 def _make_filler(w, tracer):
     """The workload's filler (prefill inside measured idle gaps), or a NoFiller."""
-    from testbed.train.filler import Filler, NoFiller
     return NoFiller() if w.filler is None else Filler(w.filler, w.filler_mode, tracer, w.seed)
 
 
@@ -186,7 +198,6 @@ def _tail(filler, it: int):
     """How to wait for the barrier after iteration ``it``: the gap there (this rank done, a
     later one still working) is filled like any other; a plain wait before the first
     iteration (no gap has been measured, and start-up skew is not a bubble)."""
-    from testbed.train.filler import TAIL
     if it < 0:
         return lambda work: work.wait()
     return lambda work: filler.wait(it, TAIL, work, time.monotonic_ns())
@@ -195,8 +206,6 @@ def _tail(filler, it: int):
 def _start_margin_ns() -> int:
     """How far ahead rank 0 must set the common start so every rank hears of it in time:
     twice the slowest of a few timed barriers (they cross the slowest link) plus 2 ms."""
-    import torch
-    import torch.distributed as dist
     worst = 0
     for _ in range(3):
         t0 = time.monotonic_ns()
@@ -214,8 +223,6 @@ def _start_together(margin_ns: int, await_barrier=lambda work: work.wait()) -> i
     shared by the namespaces of one machine, NTP-synchronised across lab hosts) and everyone
     sleeps until then. Returns 1 if this rank heard of it too late (the start is skewed).
     ``await_barrier`` waits for the barrier's work (the filler fills that wait)."""
-    import torch
-    import torch.distributed as dist
     await_barrier(dist.barrier(async_op=True))
     start = torch.tensor([time.time_ns() + margin_ns], dtype=torch.int64)
     dist.broadcast(start, src=0)

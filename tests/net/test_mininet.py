@@ -19,7 +19,7 @@ from testbed.errors import NetworkError, ShapingError
 from testbed.net import ledger as ledgers
 from testbed.net.ledger import Ledger, new_tag
 from testbed.net.shaping import tc
-from testbed.net.topology import LinkProfile
+from testbed.topology import LinkProfile
 from testbed.spec import load_topology
 
 pytestmark = [
@@ -189,7 +189,7 @@ def test_failure_mid_build_removes_what_was_built(monkeypatch, step):
 
 
 def test_delay_line_gives_the_configured_rtt_between_dcs(tmp_path):
-    from testbed.net.emulation import emulated_network
+    from testbed.net.backends import emulated_network
 
     topo = load_topology(TOPOLOGIES / "two-dc.yaml")
     with emulated_network(topo, backend="mininet", shaper="delayline",
@@ -206,7 +206,7 @@ def test_delay_line_gives_the_configured_rtt_between_dcs(tmp_path):
 
 
 def test_intra_dc_rate_is_shaped_on_both_ends_of_a_host_link(tmp_path):
-    from testbed.net.emulation import emulated_network
+    from testbed.net.backends import emulated_network
 
     topo = load_topology(TOPOLOGIES / "two-dc.yaml")
     topo = topo.model_copy(update={"dcs": [dc.model_copy(update={"intra": LinkProfile(
@@ -224,7 +224,7 @@ BUILDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from testbed.spec import load_topology
-    from testbed.net.emulation import emulated_network
+    from testbed.net.backends import emulated_network
     topo = load_topology(Path(sys.argv[1]))
     with emulated_network(topo, backend="mininet", shaper="delayline",
                           workdir=Path(sys.argv[2])) as (net, sh):

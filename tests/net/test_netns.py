@@ -78,7 +78,7 @@ BUILDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from testbed.spec import load_topology
-    from testbed.net.emulation import emulated_network
+    from testbed.net.backends import emulated_network
     topo = load_topology(Path(sys.argv[1]))
     with emulated_network(topo, shaper="delayline", workdir=Path(sys.argv[2])) as (net, sh):
         print(net.tag, flush=True)

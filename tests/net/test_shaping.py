@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import ShapingError
-from testbed.net.emulation import emulated_network
+from testbed.net.backends import emulated_network
 from testbed.net.measure import rtt, throughput
-from testbed.net.topology import LinkProfile, Topology
+from testbed.topology import LinkProfile, Topology
 from testbed.probe import kernel_has_netem
 
 pytestmark = pytest.mark.root

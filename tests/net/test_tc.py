@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from testbed.net.shaping import tc
-from testbed.net.topology import GilbertElliott, LinkProfile
+from testbed.topology import GilbertElliott, LinkProfile
 from testbed.probe import kernel_has_netem
 
 

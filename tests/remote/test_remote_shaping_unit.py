@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from testbed.net.backends.remote import align_trace
-from testbed.net.topology import LinkProfile
+from testbed.remote.backend import align_trace
+from testbed.topology import LinkProfile
 from testbed.remote.shaping import Route, check, host_argvs, parse_u32
 
 DC2 = [ipaddress.ip_network("10.2.0.0/24")]

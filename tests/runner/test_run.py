@@ -18,7 +18,7 @@ from testbed.net import ledger as ledgers
 pytestmark = [pytest.mark.root, pytest.mark.torch]
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "runner" / "exps" / "tiny.yaml"
-# ARCHITECTURE.md's results.csv contract (link columns checked separately)
+# The results.csv contract of docs/architecture.md (link columns checked separately)
 COLUMNS = ["experiment", "run_id", "cell_id", "repeat", "status", "error",
            "links.inter_dc.delay_ms", "backend", "shaper", "schedule", "pp", "dp", "microbatches",
            "iteration_time_s", "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max",
@@ -137,7 +137,7 @@ def test_planned_cells_run_the_placement_and_cross_dc_schedule_of_their_plan(tmp
     (d,) = list((tmp_path / "planned").iterdir())
     df = pd.read_csv(d / "results.csv")
     assert list(df["status"]) == ["ok", "ok"], df["error"].tolist()
-    plans = {c.cell_id: plan_cell(c.experiment) for c in load_experiment(PLANNED).cells}
+    plans = {c.cell_id: plan_cell(c) for c in load_experiment(PLANNED).cells}
     for _, row in df.iterrows():
         plan = plans[row["cell_id"]]
         assert "dcq" not in plan.stage_dcs  # the thin links' DC is left out
@@ -152,3 +152,35 @@ def test_planned_cells_run_the_placement_and_cross_dc_schedule_of_their_plan(tmp
         ratio = row["predicted_iteration_time_s"] / row["iteration_time_s"]
         assert 0.75 <= ratio <= 1.1, row[["iteration_time_s", "predicted_iteration_time_s"]]
     assert not [n for n in ledgers.tagged_namespaces() if "-dcp" in n or "-dcr" in n]
+
+
+UNPLANNABLE = """\
+name: unplannable
+topology:
+  name: tiny
+  dcs: [{name: dca, hosts: 1}, {name: dcb, hosts: 1}]
+  inter_dc: {delay_ms: 2, rate_mbit: 1000}
+workload:
+  model: {layers: 2, hidden: 64, heads: 4, seq_len: 32, vocab: 128}
+  parallel: {pp: 2, dp: 1}
+  microbatches: 4
+  compute: {mode: real}
+  iterations: 3
+matrix:
+  workload.schedule: [1f1b, crosspipe_greedy]
+"""
+
+
+def test_a_sweep_with_an_unplannable_cell_exits_2_before_building_anything(tmp_path):
+    # crosspipe_greedy is built from modelled compute times, which real compute without
+    # forward_ms/backward_ms lacks: that cell cannot be planned, so the sweep stops before
+    # its first network exists (the 1f1b cell alone would run)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(UNPLANNABLE, encoding="utf-8")
+    before = set(ledgers.tagged_namespaces())
+    res = run(str(exp), "--results", str(tmp_path / "results"))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "cannot be planned" in res.stderr and "crosspipe_greedy" in res.stderr
+    assert res.stderr.count("cannot be planned") == 1, res.stderr
+    assert not (tmp_path / "results").exists()
+    assert set(ledgers.tagged_namespaces()) <= before

@@ -9,7 +9,8 @@ import pytest
 
 from testbed.errors import SpecError
 from testbed.runner.report import build_report
-from testbed.runner.store import RunStore, ordered_columns
+from testbed.runner.columns import ordered as ordered_columns
+from testbed.runner.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from testbed.schedule.ir import Kind, Schedule
 from testbed.schedule.lower import lower
 from testbed.schedule.registry import schedule_problems
 from testbed.sim.engine import Path, SimInput, simulate
-from testbed.train.executor import ComputeTimes
+from testbed.spec.workload import ComputeTimes
 
 F_MS, B_MS = 20.0, 40.0
 FAST = ["geopipe", "crosspipe_greedy"]

@@ -12,7 +12,7 @@ def test_1f1b_rank_orders_for_four_ranks_and_eight_microbatches():
     s = generate("1f1b", pp=4, microbatches=8)
     assert [str(a) for a in s.actions[0]][:6] == ["0F0", "0F1", "0F2", "0F3", "0B0", "0F4"]
     # The last rank alternates from the start and numbers microbatches from 0 (not 1 as
-    # torch 2.13's exported order does; FACTS.md).
+    # torch 2.13's exported order does; docs/facts.md).
     assert [str(a) for a in s.actions[3]][:4] == ["3F0", "3B0", "3F1", "3B1"]
 
 

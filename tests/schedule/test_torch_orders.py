@@ -61,7 +61,7 @@ def test_1f1b_matches_torch_except_its_last_rank_numbering(pp, m):
     theirs, ours = _torch_rows(obj._get_pipeline_order()), generate("1f1b", pp, m).to_rows()
     assert ours[:-1] == theirs[:-1]
     # torch 2.13 numbers the last rank's forwards 1…m while its backwards run 0…m−1, so its
-    # exported order names a forward of a microbatch that does not exist (FACTS.md). Ours keeps
+    # exported order names a forward of a microbatch that does not exist (docs/facts.md). Ours keeps
     # the same F/B alternation with both numbered 0…m−1.
     def mbs(row, kind):
         return [int(a.split(kind)[1]) for a in row if kind in a]

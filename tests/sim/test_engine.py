@@ -12,7 +12,7 @@ from testbed.schedule.registry import SCHEDULES
 from testbed.sim import calibration
 from testbed.sim.engine import Path, SimInput, simulate
 from testbed.spec import Workload
-from testbed.train.executor import ComputeTimes
+from testbed.spec.workload import ComputeTimes
 
 F, B = 0.010, 0.020  # seconds
 

@@ -9,7 +9,9 @@ import pytest
 
 from testbed.__main__ import main
 from testbed.errors import SpecError
-from testbed.sim import SimulationError, predict
+from testbed.plan import plan_cell, predict as predict_plan
+from testbed.sim import SimulationError
+from testbed.sim.paths import PathModel
 from testbed.spec import PROJECT_ROOT, load_experiment
 
 QUICKSTART = PROJECT_ROOT / "experiments" / "quickstart.yaml"
@@ -57,7 +59,7 @@ def test_relative_delays_resolve_to_ms_per_cell(tmp_path):
 
 
 def test_relative_delay_from_device_times_is_the_executors_forward_time(tmp_path):
-    from testbed.train.executor import ComputeTimes
+    from testbed.spec.workload import ComputeTimes
 
     le = load_experiment(write(tmp_path, delay='"2xTF"',
                                compute="{device: a100, mfu: 0.5}"))
@@ -85,32 +87,38 @@ def test_a_delay_that_is_neither_ms_nor_relative_is_an_error(tmp_path):
         load_experiment(write(tmp_path, delay='"3ms"'))
 
 
+def predict(cell, memory_limit=None):
+    return predict_plan(plan_cell(cell), memory_limit)
+
+
 def test_delay_costs_one_f_one_b_more_than_gpipe():
     cells = {(c.params["links.inter_dc.delay_ms"], c.params["workload.schedule"]): c
              for c in load_experiment(QUICKSTART).cells}
-    t = {k: predict(c.experiment)["predicted_iteration_time_s"] for k, c in cells.items()}
+    t = {k: predict(c)["predicted_iteration_time_s"] for k, c in cells.items()}
     gpipe, ofob = t[(40, "gpipe")] - t[(0, "gpipe")], t[(40, "1f1b")] - t[(0, "1f1b")]
     assert gpipe == pytest.approx(2 * 0.040 * 1, abs=0.002)  # one DC boundary, fill + drain
     assert ofob > 3 * gpipe
 
 
 def test_data_parallel_all_reduce_adds_to_the_iteration(tmp_path):
-    one = predict(load_experiment(write(tmp_path / "..", dp=1)).experiment)
-    two = predict(load_experiment(write(tmp_path, dp=2)).experiment)
+    one = predict(load_experiment(write(tmp_path / "..", dp=1)).cells[0])
+    two = predict(load_experiment(write(tmp_path, dp=2)).cells[0])
     assert two["predicted_iteration_time_s"] > one["predicted_iteration_time_s"]
 
 
 def test_memory_limit_is_checked_not_enforced(tmp_path):
-    exp = load_experiment(write(tmp_path, schedule="gpipe")).experiment
+    exp = load_experiment(write(tmp_path, schedule="gpipe")).cells[0]
     assert predict(exp, memory_limit=8)["predicted_memory_ok"] is True
     tight = predict(exp, memory_limit=4)
     assert tight["predicted_memory_ok"] is False and tight["predicted_peak_inflight"] == 8
 
 
 def test_real_compute_without_times_cannot_be_simulated(tmp_path):
-    exp = load_experiment(write(tmp_path, compute="{mode: real}")).experiment
-    with pytest.raises(SimulationError, match="cannot simulate"):
-        predict(exp)
+    cell = load_experiment(write(tmp_path, compute="{mode: real}")).cells[0]
+    plan = plan_cell(cell)  # placement and schedule need no compute times
+    assert plan.prediction == {} and "no modelled compute times" in plan.prediction_note
+    with pytest.raises(SimulationError, match="no modelled compute times"):
+        predict(cell)
 
 
 def test_simulate_prints_every_cell(capsys):
@@ -140,19 +148,17 @@ def test_window_limited_paths_scale_with_connections():
     """0.25 MiB buffers at 40 ms RTT cap one connection near 0.75 × 0.25 MiB per round trip
     (bench_transport's measurement); four connections move four windows; the 1 Gbit/s link
     is the limit once the windows exceed it; paths inside a DC are not capped."""
-    from testbed.placement import Slot
-    from testbed.sim.inputs import Network
+    from testbed.launch.cellfile import Slot
 
     le = load_experiment(PROJECT_ROOT / "experiments" / "atlas.yaml")
     rates = {}
     for c in le.cells:
-        net = Network(c.experiment)
+        net = plan_cell(c).paths
         west, east = Slot(0, 0, 0, "west", 0), Slot(1, 1, 0, "east", 0)
         rates[c.params["workload.connections"]] = net.path(west, east).rate_bps
         assert net.path(west, Slot(1, 1, 0, "west", 1)).rate_bps is None
     one = 0.75 * 0.25 * (1 << 20) * 8 / 0.040
     assert rates[1] == pytest.approx(one, rel=0.01)
     assert rates[4] == pytest.approx(4 * one, rel=0.01)
-    big = c.experiment.topology.model_copy(update={"tcp_buffer_max_mb": 256})
-    assert Network(c.experiment.model_copy(update={"topology": big})).path(
-        west, east).rate_bps == 1e9
+    big = net.topo.model_copy(update={"tcp_buffer_max_mb": 256})
+    assert PathModel(big, net.links, 4).path(west, east).rate_bps == 1e9

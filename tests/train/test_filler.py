@@ -12,7 +12,7 @@ import pytest
 from testbed.metrics import load_traces, losses, metrics_from_traces
 from testbed.spec import Compute, Filler as FillerSpec, ModelSpec, Parallel, Workload
 from testbed.train.filler import Filler, GapPredictor, RunningMean, fits
-from testbed.train.local import run_local
+from testbed.launch.loopback import run_local
 
 MS = 1_000_000  # ns
 POINT = ("RECV_F", 1, 0)

@@ -14,7 +14,7 @@ import torch
 
 from testbed.metrics import load_traces, losses, transfer_times
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
-from testbed.train.local import run_local
+from testbed.launch.loopback import run_local
 from testbed.train.transport import chunks
 
 ROOT = Path(__file__).resolve().parents[2]

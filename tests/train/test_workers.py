@@ -15,7 +15,7 @@ from testbed.errors import WorkerError
 from testbed.metrics import load_traces, losses, metrics_from_traces
 from testbed.perfetto import export
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
-from testbed.train.local import free_port, run_local, write_cell
+from testbed.launch.loopback import free_port, run_local, write_cell
 
 pytestmark = pytest.mark.torch
 

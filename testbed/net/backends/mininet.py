@@ -43,10 +43,11 @@ from mininet.nodelib import LinuxBridge
 
 from testbed.errors import CommandError, MachineError, NetworkError
 from testbed.net import ledger as ledgers
-from testbed.net.backends.base import LinkEnd, Network, Node
+from testbed.net.network import LinkEnd, Network, Node
+from testbed.net.backends.local import LocalBackend
 from testbed.net.ledger import Ledger
 from testbed.net.tcp import allow_congestion_control, host_sysctls
-from testbed.net.topology import IFNAMSIZ, ResolvedLink, Topology
+from testbed.topology import IFNAMSIZ, ResolvedLink, Topology
 
 log = logging.getLogger(__name__)
 
@@ -189,13 +190,14 @@ def check_names(topology: Topology, tag: str) -> None:
                            "use fewer DCs or hosts per DC with the mininet backend")
 
 
-class MininetBackend:
+class MininetBackend(LocalBackend):
     """Builds Mininet networks and removes them. Keeps each network's Mininet objects (the
     shells it talks to) until its teardown; the kernel objects are also in the ledger."""
 
     name = "mininet"
 
-    def __init__(self) -> None:
+    def __init__(self, lab=None) -> None:
+        super().__init__(lab)
         self._parts: dict[str, _Parts] = {}
 
     def argv_in(self, node: Node, argv: list[str]) -> list[str]:

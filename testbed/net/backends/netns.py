@@ -20,10 +20,11 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.errors import NetworkError
 from testbed.net import ledger as ledgers
-from testbed.net.backends.base import LinkEnd, Network, Node
+from testbed.net.network import LinkEnd, Network, Node
+from testbed.net.backends.local import LocalBackend
 from testbed.net.ledger import Ledger
 from testbed.net.tcp import allow_congestion_control, host_sysctls
-from testbed.net.topology import ResolvedLink, Topology
+from testbed.topology import ResolvedLink, Topology
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def _sysctl(name: str, values: dict[str, str]) -> None:
                 f.write(value)
 
 
-class NetnsBackend:
+class NetnsBackend(LocalBackend):
     """Builds and removes namespace networks. Stateless: everything lives in the Network."""
 
     name = "netns"

@@ -2,7 +2,7 @@
 
 One process serves one queue (one link direction) inside a router namespace. It speaks raw
 nfnetlink (no libnetfilter_queue) because the two things that make it fast are not offered by
-the Python bindings (see FACTS.md):
+the Python bindings (see docs/facts.md):
 
 - ``NFQA_CFG_F_GSO``: 64 KB GSO packets are queued whole instead of being segmented;
 - one ``NFQNL_MSG_VERDICT_BATCH`` per release tick accepts every packet up to an id at once.

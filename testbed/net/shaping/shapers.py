@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.errors import CommandError, MachineError, ShapingError
-from testbed.net.backends.base import LinkEnd, Network
+from testbed.net.network import LinkEnd, Network
 from testbed.net.ledger import stop_pids
 from testbed.net.shaping import tc
-from testbed.net.topology import LinkProfile
+from testbed.topology import LinkProfile
 
 log = logging.getLogger(__name__)
 

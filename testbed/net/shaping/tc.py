@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.net.topology import LinkProfile
+from testbed.topology import LinkProfile
 
 MTU_BYTES = 1500
 GSO_MAX_BYTES = 65536

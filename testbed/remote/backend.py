@@ -8,7 +8,7 @@ and teardown removes on every host (also after a failure), is:
 
 - a run directory ``<remote.workdir>/<tag>`` holding cell.json and the workers' traces;
 - the tc shaping on each host's NIC (``testbed.remote.shaping``);
-- the processes started through ``popen``/``start_worker`` (killed by pid).
+- the processes started through ``popen``/``start`` (killed by pid).
 
 Commands run as argument lists quoted into the remote shell; an argv that starts with this
 interpreter (``sys.executable``) runs with the host's ``testbed_python`` instead.
@@ -21,22 +21,25 @@ import subprocess
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
+from typing import IO
 
 from testbed.errors import MachineError, ShapingError
-from testbed.net.backends.base import RUN_TIMEOUT_S, Network, Node
+from testbed.launch.supervise import STOP_GRACE_S
+from testbed.net.backends.base import Backend
+from testbed.net.network import RUN_TIMEOUT_S, Network, Node
 from testbed.net.ledger import Ledger, new_tag
-from testbed.net.topology import ResolvedLink, Topology
+from testbed.topology import ResolvedLink, Topology
 from testbed.remote import ssh
 from testbed.remote.inventory import LabHost
+from testbed.remote.lab import Lab, LabSettings
 from testbed.remote.process import RemoteProcess
 from testbed.remote.shaping import HostShaping, RemoteShaper, Route, minor, shaped
-from testbed.traceformat import trace_path
 
 log = logging.getLogger(__name__)
 
 TIME_FIELDS = ("t", "t0", "t1")
-STOP_GRACE_S = 3.0
+TRACE_SUFFIX = ".jsonl"   # outputs in the trace format: their times move onto this clock
 
 
 def align_trace(text: str, offset_ns: int, uncertainty_ns: int) -> str:
@@ -62,7 +65,7 @@ def align_trace(text: str, offset_ns: int, uncertainty_ns: int) -> str:
 class RemoteNetwork(Network):
     """A Network whose nodes are lab hosts; ``run`` and ``popen`` go over SSH."""
 
-    lab: object = None            # testbed.remote.lab.Lab
+    lab: Lab | None = None
     run_dir: str = ""
     procs: list[RemoteProcess] = field(default_factory=list)
 
@@ -93,41 +96,71 @@ class RemoteNetwork(Network):
         self.procs.append(proc)
         return proc
 
-    def start_worker(self, node: Node, rank: int, env: dict[str, str], cell_dir: Path,
-                     log_file) -> RemoteProcess:
-        """Upload cell.json, start rank ``rank``'s worker on the node's host with ``env`` (the
-        torchrun-style variables), stream its log into ``log_file``; when it exits its trace
-        is fetched over SFTP into ``cell_dir``, aligned to the controller's clock."""
+    def files_dir(self, node: Node, local_dir: Path) -> PurePath:
+        """The run directory on the node's host (one per network, made by ``build``)."""
+        return PurePosixPath(self.run_dir)
+
+    def put(self, node: Node, local: Path, there: PurePath) -> None:
+        """Copy a file to the node's host over SFTP."""
+        self.lab.conns[self.lab_host(node).name].sftp().put(str(local), str(there))
+
+    def start(self, node: Node, argv: list[str], env: dict[str, str], log_file: IO[bytes],
+              outputs: list[tuple[PurePath, Path]] = ()) -> RemoteProcess:
+        """Start ``argv`` on the node's host with ``env``, stream its output into ``log_file``;
+        when it exits, ``outputs`` are fetched over SFTP (traces moved onto this clock)."""
         host = self.lab_host(node)
-        conn = self.lab.conns[host.name]
-        remote_cell = f"{self.run_dir}/cell.json"
-        conn.sftp().put(str(cell_dir / "cell.json"), remote_cell)
-        argv = [host.python, "-m", "testbed.train.worker", "--cell", remote_cell,
-                "--out", self.run_dir]
-        env = dict(env, GLOO_SOCKET_IFNAME=host.iface)
-        proc = RemoteProcess(conn, host, argv, cwd=host.home, env=env, output=log_file,
-                             on_exit=lambda p: self.fetch_trace(host, rank, cell_dir))
+        proc = RemoteProcess(self.lab.conns[host.name], host, self._argv(host, argv),
+                             cwd=host.home, env=env, output=log_file,
+                             on_exit=lambda p: self.fetch(host, outputs))
         self.procs.append(proc)
         return proc
 
-    def fetch_trace(self, host: LabHost, rank: int, cell_dir: Path) -> None:
-        """Copy rank ``rank``'s trace from the host into ``cell_dir`` (clock-aligned)."""
-        remote = f"{self.run_dir}/{trace_path(Path('.'), rank).name}"
-        with self.lab.conns[host.name].sftp().open(remote, "r") as f:
-            text = f.read().decode("utf-8", errors="replace")
+    def fetch(self, host: LabHost, outputs: list[tuple[PurePath, Path]]) -> None:
+        """Copy each (file there, file here) from the host; trace files (JSONL) are aligned to
+        the controller's clock with the host's measured offset."""
         off = self.lab.offsets.get(host.name)
-        aligned = align_trace(text, off.monotonic_offset_ns if off else 0,
-                              off.uncertainty_ns if off else 0)
-        trace_path(cell_dir, rank).write_text(aligned, encoding="utf-8")
+        for there, here in outputs:
+            with self.lab.conns[host.name].sftp().open(str(there), "r") as f:
+                text = f.read().decode("utf-8", errors="replace")
+            if there.suffix == TRACE_SUFFIX:
+                text = align_trace(text, off.monotonic_offset_ns if off else 0,
+                                   off.uncertainty_ns if off else 0)
+            Path(here).write_text(text, encoding="utf-8")
 
 
-class RemoteBackend:
-    """Realises a topology on lab hosts. Needs a connected Lab (see ``bring_up``)."""
+class RemoteBackend(Backend):
+    """Realises a topology on lab hosts: ``open`` connects to and checks the lab."""
 
     name = "remote"
 
-    def __init__(self, lab=None, workdir: str = "/tmp"):
-        self.lab, self.workdir = lab, workdir
+    def __init__(self, settings: LabSettings | None = None, lab: Lab | None = None):
+        self.settings, self.lab = settings, lab
+        self.workdir = settings.workdir if settings else "/tmp"
+
+    def open(self) -> None:
+        """Connect to every host of the lab and check it (versions, clocks, netem)."""
+        if self.lab is None:
+            if self.settings is None:
+                raise MachineError("backend remote needs the lab's hosts",
+                                   "give the experiment a remote: {inventory: …} section")
+            self.lab = self.settings.open()
+
+    def close(self) -> None:
+        if self.lab is not None and self.settings is not None:
+            self.lab.close()
+            self.lab = None
+
+    def shaper_choice(self, requested: str) -> tuple[str, str]:
+        """netem where every lab host has it, else rate-only htb (see Lab.shaper_choice)."""
+        self.open()
+        return self.lab.shaper_choice(requested)
+
+    def bring_up(self, topology: Topology, links: list[ResolvedLink], shaper: str,
+                 workdir: Path, stack: ExitStack) -> tuple[RemoteNetwork, RemoteShaper]:
+        """Map the topology onto the lab, shape it and read the shaping back; ``workdir``
+        receives lab.json (versions, clock offsets, netem per host)."""
+        self.open()
+        return bring_up(self, topology, links, shaper, workdir, stack)
 
     def argv_in(self, node: Node, argv: list[str]) -> list[str]:
         return ["ssh", node.name, *argv]
@@ -217,12 +250,13 @@ def shaping_plan(net: RemoteNetwork) -> list[HostShaping]:
     return plan
 
 
-def bring_up(lab, workdir: str, topology: Topology, links: list[ResolvedLink],
+def bring_up(backend: RemoteBackend, topology: Topology, links: list[ResolvedLink],
              shaper: str, record_dir: Path, stack: ExitStack) -> tuple[RemoteNetwork,
                                                                        RemoteShaper]:
     """Map the topology onto the lab, shape it and read the shaping back; every undo is pushed
     on ``stack``. ``record_dir`` receives lab.json (versions, clock offsets, netem per host)."""
-    net = RemoteBackend(lab, workdir).build(topology, links, Ledger(new_tag()))
+    lab = backend.lab
+    net = backend.build(topology, links, Ledger(new_tag()))
     stack.callback(net.teardown)
     record_dir.mkdir(parents=True, exist_ok=True)
     (record_dir / "lab.json").write_text(json.dumps(

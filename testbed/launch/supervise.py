@@ -7,15 +7,17 @@ writes an ``end`` record with its monotonic time) is reported, with its last log
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
 
 from testbed.errors import WorkerError
-from testbed.traceformat import read_trace, trace_path
+from testbed.launch.celldir import CellDir
+from testbed.traceformat import read_trace
 
 POLL_S = 0.05
-STOP_GRACE_S = 3.0      # SIGTERM → SIGKILL
+STOP_GRACE_S = 3.0      # SIGTERM → SIGKILL, for every process the project starts
 SETTLE_S = 2.0          # after a failure, how long peers get to fail (or finish) themselves
 ERROR_TAIL_LINES = 3
 
@@ -41,10 +43,10 @@ def last_error(log_path: Path) -> str:
     return " | ".join(lines[-ERROR_TAIL_LINES:]) or "no output"
 
 
-def _ended_at(cell_dir: Path, rank: int) -> float:
+def _ended_at(cell_dir: CellDir, rank: int) -> float:
     """Monotonic time of the rank's ``end`` record; +inf when it has none (killed)."""
     try:
-        ends = [r["t"] for r in read_trace(trace_path(cell_dir, rank)) if r.get("type") == "end"]
+        ends = [r["t"] for r in read_trace(cell_dir.trace(rank)) if r.get("type") == "end"]
     except (OSError, KeyError, ValueError):
         return float("inf")
     return ends[-1] if ends else float("inf")
@@ -53,6 +55,7 @@ def _ended_at(cell_dir: Path, rank: int) -> float:
 def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir: Path) -> None:
     """Wait for every worker. A failure or the timeout stops the rest (none outlives the call)
     and raises WorkerError naming the rank that failed first and its last log lines."""
+    cell_dir = CellDir(cell_dir)
     deadline = time.monotonic() + timeout_s
     try:
         while any(p.poll() is None for p in procs.values()):
@@ -73,7 +76,14 @@ def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir
         first = min(failed, key=lambda r: (_ended_at(cell_dir, r), r))
         others = f" ({len(failed) - 1} other rank(s) failed after it)" if len(failed) > 1 else ""
         raise WorkerError(f"rank {first} exited with {failed[first]}: "
-                          f"{last_error(cell_dir / f'worker-rank{first}.log')}{others}")
+                          f"{last_error(cell_dir.worker_log(first))}{others}")
     finally:
         for p in procs.values():
             stop_process(p)
+
+
+def start_logged(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """Start ``argv`` on this machine with ``env`` added to this process's environment, its
+    stdout and stderr into ``log_path``."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(argv, env=dict(os.environ, **env), stdout=log, stderr=log)

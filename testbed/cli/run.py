@@ -2,25 +2,28 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.table import Table
 
+from testbed.cli.experiment import print_plan
 from testbed.errors import EXIT_OK, MachineError
+from testbed.plan import plan_all
+from testbed.spec import load_experiment
+
+# The runner, its store and its report load pandas and matplotlib (seconds on a busy machine):
+# they are imported when `run` or `report` runs, so that every other command starts fast.
 
 
 def add_subcommands(sub) -> None:
-    """Register ``report``, and ``run`` once the cell lifecycle's network/worker layer
-    (``testbed.runner.netops``) exists: until then the CLI does not offer a run that cannot work."""
+    """Register ``report`` and ``run``."""
     r = sub.add_parser("report", help="rebuild summary.md and plots/ from a run's results.csv",
                        description="Rebuild summary.md and plots/ from RUN_DIR/results.csv.")
     r.add_argument("run_dir", type=Path)
     r.set_defaults(func=_report)
-    if importlib.util.find_spec("testbed.runner.netops") is None:
-        return
     p = sub.add_parser("run", help="run an experiment: every cell of its matrix",
                        description="Build the network, run the workers and write results for "
                                    "every cell. Needs root.")
@@ -37,14 +40,13 @@ def add_subcommands(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from testbed.cli import print_plan
     from testbed.runner.report import build_report, results_table
     from testbed.runner.run import Interrupted, RunOptions, run_experiment
-    from testbed.spec import load_experiment
 
     console = Console(width=None if sys.stdout.isatty() else 120)  # CI logs: no squeezing
     if args.dry_run:
-        print_plan(load_experiment(args.experiment), console)
+        le = load_experiment(args.experiment)
+        print_plan(le, plan_all(le), console)
         return EXIT_OK
     if os.geteuid() != 0:
         raise MachineError("`run` needs root (namespaces, tc, iptables)",
@@ -62,16 +64,12 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-SHORT_NAMES = {"iteration_time_s": "iter s", "bubble_ratio": "bubble",
-               "throughput_tokens_s": "tokens/s", "exposed_comm_s": "comm wait s"}
-
-
 def _print_results(console: Console, store, table) -> None:
-    from rich.table import Table
+    from testbed.runner import columns
 
     t = Table(title="results")
     for c in table.columns:
-        t.add_column(SHORT_NAMES.get(c, c.rsplit(".", 1)[-1]), no_wrap=True)
+        t.add_column(columns.SHORT_TITLES.get(c, c.rsplit(".", 1)[-1]), no_wrap=True)
     for row in table.itertuples(index=False):
         t.add_row(*(_cell(v) for v in row))
     console.print(t)

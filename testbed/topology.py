@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import ipaddress
+import math
 import re
 from enum import Enum
 from typing import Literal
@@ -35,10 +36,18 @@ MAX_DELAY_MS = 10_000
 RELATIVE_DELAY = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*x\s*TF\s*$")
 
 
-class Strict(BaseModel):
-    """Base for every file-backed model: unknown keys are errors."""
+def _finite(v: object) -> object:
+    """``v`` unchanged; raises a pydantic finite_number error when it is a nan or inf float."""
+    if isinstance(v, float) and not math.isfinite(v):
+        raise PydanticCustomError("finite_number", "Input should be a finite number")
+    return v
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+class Strict(BaseModel):
+    """Base for every file-backed model: unknown keys and non-finite numbers (nan, inf) are
+    errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class JitterDistribution(str, Enum):
@@ -94,6 +103,12 @@ class LinkProfile(Strict):
                                      description="rate limit, Mbit/s; omit for unshaped")
     queue: Queue | None = Field(None, description="default: one bandwidth-delay product")
 
+    @field_validator("delay_ms", mode="before")
+    @classmethod
+    def _finite_delay(cls, v: object) -> object:
+        # nan/inf are refused before the float | str union, which would report them per member
+        return _finite(v)
+
     @field_validator("delay_ms")
     @classmethod
     def _delay(cls, v: float | str | None) -> float | str | None:
@@ -106,6 +121,7 @@ class LinkProfile(Strict):
             except ValueError:
                 raise ValueError(f"not a delay: {v!r} (give ms, or a multiple of one stage's "
                                  "forward time such as '2xTF')") from None
+            _finite(v)
         if v is not None and v < 0:
             raise PydanticCustomError("greater_than_equal",
                                       "Input should be greater than or equal to {ge}", {"ge": 0})

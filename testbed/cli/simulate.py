@@ -13,9 +13,6 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.errors import EXIT_OK, Problem, SpecError
-from testbed.plan import plan_cell
-from testbed.sim import SimulationError, predict, run
-from testbed.spec import load_experiment
 
 COLUMNS = {  # predict() key → column title
     "predicted_iteration_time_s": "iter s",
@@ -48,13 +45,17 @@ def add_subcommands(sub) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from testbed.plan import plan_all
+    from testbed.spec import load_experiment
+
     if args.memory_limit is not None and args.memory_limit < 1:
         raise SpecError([Problem("--memory-limit", 0, 0, "", "must be at least 1 microbatch")])
     for flag, out in (("--csv", args.csv), ("--json", args.json)):
         if out is not None and not out.parent.is_dir():
             raise SpecError([Problem(str(out), 0, 0, flag, f"no directory {out.parent}")])
     le = load_experiment(args.experiment)
-    rows = [(c, _predict_cell(c, args.memory_limit)) for c in le.cells]
+    plans = plan_all(le)
+    rows = [(p.cell, _predict_cell(p, args.memory_limit)) for p in plans]
     console = Console(width=None if sys.stdout.isatty() else 160)  # logs: no squeezing
     console.print(_table(le, rows, args.memory_limit))
     records = [{"cell_id": c.cell_id, **c.params, **pred} for c, pred in rows]
@@ -63,19 +64,17 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
     if args.timeline:
-        return _write_timeline(le, args.cell, args.timeline)
+        return _write_timeline(le, plans, args.cell, args.timeline)
     return EXIT_OK
 
 
-def _predict_cell(cell, memory_limit: int | None) -> dict[str, Any]:
-    """``predict`` under the cell's plan, plus ``schedule_rule``: which of its generator's
-    variants the schedule is (``crosspipe_greedy``: the rule that won; else empty). Raises
-    SimulationError when the cell cannot be planned or simulated."""
-    try:
-        plan = plan_cell(cell.experiment)
-    except ValueError as e:  # compute times unknown, a schedule that cannot be built
-        raise SimulationError(f"cannot simulate {cell.cell_id}: {e}") from None
-    return {**predict(cell.experiment, memory_limit, plan), "schedule_rule": plan.schedule.variant}
+def _predict_cell(plan, memory_limit: int | None) -> dict[str, Any]:
+    """``predict`` of a cell's plan, plus ``schedule_rule``: which of its generator's variants
+    the schedule is (``crosspipe_greedy``: the rule that won; else empty). Raises
+    SimulationError when the cell cannot be simulated."""
+    from testbed.plan import predict
+
+    return {**predict(plan, memory_limit), "schedule_rule": plan.schedule.variant}
 
 
 def _write_csv(records: list[dict[str, Any]], out: Path) -> None:
@@ -109,14 +108,16 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _write_timeline(le, cell_id: str | None, out: Path) -> int:
-    cells = [c for c in le.cells if cell_id in (None, c.cell_id)]
-    if not cells:
+def _write_timeline(le, plans, cell_id: str | None, out: Path) -> int:
+    from testbed.sim import run
+
+    chosen = [p for p in plans if cell_id in (None, p.cell.cell_id)]
+    if not chosen:
         ids = ", ".join(c.cell_id for c in le.cells)
         raise SpecError([Problem(str(le.path), 0, 0, "--cell", f"no cell {cell_id!r}; "
                                                                 f"cells: {ids}")])
-    cell = cells[0]
-    res = run(cell.experiment)
+    cell = chosen[0].cell
+    res = run(chosen[0].sim_input())
     if out.suffix == ".json":
         spans = [vars(s) for s in res.spans]
         out.write_text(json.dumps({"cell_id": cell.cell_id, "params": cell.params,

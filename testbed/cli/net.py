@@ -51,19 +51,19 @@ def _need_root(what: str) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from testbed.net.emulation import bring_up
+    from testbed.net.backends import get_backend
     from testbed.net.measure import measure_all
-    from testbed.net.shaping.shapers import choose_shaper
     from testbed.spec import load_topology
 
     _need_root("net check")
     topo = load_topology(args.topology)
-    shaper, reason = choose_shaper(args.shaper)
+    backend = get_backend(args.backend)
+    shaper, reason = backend.shaper_choice(args.shaper)
     console = Console()
     console.print(f"shaper {shaper} ({reason}); backend {args.backend}")
     workdir = Path(tempfile.mkdtemp(prefix="testbed-net-"))
     with ExitStack() as stack:
-        net, sh = bring_up(topo, topo.resolved_links(), args.backend, shaper, workdir, stack)
+        net, sh = backend.bring_up(topo, topo.resolved_links(), shaper, workdir, stack)
         console.print(f"network {topo.name} up: tag {net.tag}, {len(net.hosts)} hosts")
         results = measure_all(net, rate=not args.no_rate)
         console.print(_table(topo.name, results, sh.drops()))

@@ -1,0 +1,59 @@
+"""Every path inside a cell directory, in one place.
+
+``results/<experiment>/<run-id>/cells/<cell-id>[-r<repeat>]/`` holds::
+
+    cell.json              the cell file (testbed.launch.cellfile)
+    trace-rank<R>.jsonl    rank R's trace (testbed.traceformat)
+    worker-rank<R>.log     rank R's stdout and stderr
+    trace.json             the Perfetto timeline of all ranks
+    steps.json             time-varying link steps as applied
+    net/                   the network's own records (delay-line configs and logs, lab.json)
+
+On a lab host the run directory holds the same names (cell.json, trace-rank<R>.jsonl), so the
+same object names both sides (``CellDir(PurePosixPath(remote_dir))``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+TRACE_GLOB = "trace-rank*.jsonl"
+
+
+
+@dataclass(frozen=True)
+class CellDir:
+    """The layout of one cell directory rooted at ``root`` (nothing is created by naming)."""
+
+    root: PurePath
+
+    @property
+    def cell_file(self) -> PurePath:
+        return self.root / "cell.json"
+
+    def trace(self, rank: int) -> PurePath:
+        return self.root / f"trace-rank{rank}.jsonl"
+
+    def worker_log(self, rank: int) -> PurePath:
+        return self.root / f"worker-rank{rank}.log"
+
+    def traces(self) -> list[Path]:
+        """The trace files present, by rank (local cell directories only)."""
+        return sorted(Path(self.root).glob(TRACE_GLOB), key=lambda p: int(p.stem[10:]))
+
+    @property
+    def perfetto(self) -> PurePath:
+        return self.root / "trace.json"
+
+    @property
+    def steps(self) -> PurePath:
+        return self.root / "steps.json"
+
+    @property
+    def net(self) -> PurePath:
+        return self.root / "net"
+
+    def make(self) -> "CellDir":
+        """Create the directory (local cell directories only); returns self."""
+        Path(self.root).mkdir(parents=True, exist_ok=True)
+        return self

@@ -1,0 +1,109 @@
+"""A built network: hosts and routers with addresses, the ends of every inter-DC link, and a way
+to run things in them. Backends fill it; shapers, measurements and the runner use it."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import IO, Any
+
+from testbed.errors import CommandError
+from testbed.net.ledger import Ledger
+from testbed.topology import ResolvedLink, Topology
+
+RUN_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Node:
+    """A host or router: the namespace it runs in and its address on its DC's subnet."""
+
+    name: str
+    dc: str
+    ns: str
+    ip: ipaddress.IPv4Address
+    iface: str
+    index: int = -1  # host index within its DC; -1 for a router
+
+
+@dataclass(frozen=True)
+class LinkEnd:
+    """One router's side of an inter-DC link: the interface that sends towards ``peer``."""
+
+    link: ResolvedLink
+    router: Node
+    iface: str
+    peer: str
+    peer_ip: ipaddress.IPv4Address
+
+
+@dataclass
+class Network:
+    """A built network. Backends fill it; shapers and the runner use it; ``teardown`` ends it."""
+
+    topology: Topology
+    links: list[ResolvedLink]
+    ledger: Ledger
+    hosts: dict[tuple[str, int], Node] = field(default_factory=dict)
+    routers: dict[str, Node] = field(default_factory=dict)
+    link_ends: list[LinkEnd] = field(default_factory=list)
+    backend: Any = None
+
+    @property
+    def tag(self) -> str:
+        return self.ledger.tag
+
+    def host(self, dc: str, index: int) -> Node:
+        return self.hosts[(dc, index)]
+
+    def ends_of(self, link: ResolvedLink) -> tuple[LinkEnd, LinkEnd]:
+        """The a-side (sends a→b) and b-side (sends b→a) ends of ``link``."""
+        a = next(e for e in self.link_ends if e.link.index == link.index and e.router.dc == link.a)
+        b = next(e for e in self.link_ends if e.link.index == link.index and e.router.dc == link.b)
+        return a, b
+
+    def argv_in(self, node: Node, argv: list[str]) -> list[str]:
+        """``argv`` wrapped to run inside ``node``."""
+        return self.backend.argv_in(node, argv)
+
+    def run(self, node: Node, argv: list[str], timeout: float = RUN_TIMEOUT_S,
+            check: bool = True) -> subprocess.CompletedProcess:
+        """Run ``argv`` inside ``node`` and wait; raises CommandError on failure when ``check``."""
+        full = self.argv_in(node, argv)
+        try:
+            res = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise CommandError(argv, -1, f"timed out after {timeout:.0f} s", node.name) from e
+        if check and res.returncode != 0:
+            raise CommandError(argv, res.returncode, (res.stderr or res.stdout)[-2000:], node.name)
+        return res
+
+    def popen(self, node: Node, argv: list[str], **kwargs) -> subprocess.Popen:
+        """Start ``argv`` inside ``node``; the process is written into the ledger so that
+        teardown and ``clean`` stop it even if this process dies."""
+        proc = subprocess.Popen(self.argv_in(node, argv), start_new_session=True, **kwargs)
+        self.ledger.add_process(proc.pid)
+        return proc
+
+    def files_dir(self, node: Node, local_dir: Path) -> PurePath:
+        """Where a process started in ``node`` finds the files of ``local_dir`` (a cell
+        directory on this machine): the same directory here; lab hosts override it."""
+        return local_dir
+
+    def put(self, node: Node, local: Path, there: PurePath) -> None:
+        """Copy ``local`` to ``there`` on ``node`` (nothing to do on this machine)."""
+
+    def start(self, node: Node, argv: list[str], env: dict[str, str], log_file: IO[bytes],
+              outputs: list[tuple[PurePath, Path]] = ()) -> Any:
+        """Start ``argv`` inside ``node`` with ``env`` added to the environment, its output
+        into ``log_file``; ``outputs`` (file there, file here) are brought here when it
+        exits (nothing to do on this machine). Returns a Popen-like handle (``poll``,
+        ``terminate``, ``kill``, ``wait``, ``returncode``), stopped by teardown at the latest."""
+        return self.popen(node, argv, env=dict(os.environ, **env), stdout=log_file,
+                          stderr=log_file)
+
+    def teardown(self) -> None:
+        """Remove everything this network made; safe to call twice."""
+        self.backend.teardown(self)

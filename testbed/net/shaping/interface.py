@@ -1,0 +1,40 @@
+"""The one shaper interface: what every shaper (netem, the delay line, tc on lab hosts) offers
+the runner. A shaper is made for one built network and removed with it."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from testbed.topology import LinkProfile
+
+
+class Shaper(ABC):
+    """Gives every inter-DC link direction (and host link) of a network its profile, reads it
+    back, changes it while a run goes on, and reports the drops it saw."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def apply(self) -> "Shaper":
+        """Shape everything and read it all back; raises ShapingError naming every mismatch
+        (after removing what it set, where the network outlives the shaper)."""
+
+    @abstractmethod
+    def verify(self) -> None:
+        """Read everything back again; raises ShapingError naming every mismatch."""
+
+    @abstractmethod
+    def update(self, link_index: int, a_to_b: LinkProfile, b_to_a: LinkProfile) -> None:
+        """Change one link's profile in place (a time-varying step) and read it back."""
+
+    @abstractmethod
+    def drops(self) -> int | None:
+        """Packets the emulator itself dropped (not configured loss, not the queue); None
+        where nothing measures it."""
+
+    @abstractmethod
+    def queue_drops(self) -> int:
+        """Packets the bottleneck queues dropped, summed over directions."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop and remove whatever the shaper runs or set; idempotent."""

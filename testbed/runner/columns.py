@@ -1,0 +1,66 @@
+"""The results row: every column of ``results.csv``, owned here and imported everywhere else.
+
+Order (the contract in docs/architecture.md): the head, then every swept parameter by its
+dotted path, then the body, then one group of columns per inter-DC link.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from testbed.topology import ResolvedLink
+
+HEAD = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
+# what the cell was: settings that every row has, swept or not
+SETTINGS = ["backend", "shaper", "placement", "placement_stage_dcs", "schedule", "executor",
+            "compute_mode", "schedule_rule", "pp", "dp", "chunks", "microbatches"]
+MEASURED = ["iteration_time_s", "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max",
+            "bubble_ratio_megatron", "throughput_tokens_s", "throughput_samples_s",
+            "exposed_comm_s"]
+PREDICTED = ["predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_exposed_comm_s",
+             "predicted_peak_inflight"]
+FILLER = ["utilization", "training_utilization", "filler_requests_per_s",
+          "filler_tokens_per_s", "filler_overrun_s"]
+BOOKKEEPING = ["iterations_measured", "delayline_drops", "queue_drops", "started_at",
+               "duration_s"]
+BODY = SETTINGS + MEASURED + PREDICTED + FILLER + BOOKKEEPING
+LINK_PREFIX = "link_"
+STATUSES = ("ok", "failed", "skipped")
+
+# the headline metrics: per-axis summaries and plots; the end table adds the prediction
+METRICS = ["iteration_time_s", "bubble_ratio", "throughput_tokens_s", "exposed_comm_s"]
+TABLE_METRICS = METRICS + ["predicted_iteration_time_s", "predicted_bubble_ratio"]
+SHORT_TITLES = {"iteration_time_s": "iter s", "bubble_ratio": "bubble",
+                "throughput_tokens_s": "tokens/s", "exposed_comm_s": "comm wait s",
+                "predicted_iteration_time_s": "pred iter s",
+                "predicted_bubble_ratio": "pred bubble"}
+
+
+def is_link_column(name: str) -> bool:
+    return name.startswith(LINK_PREFIX)
+
+
+def ordered(columns: list[str]) -> list[str]:
+    """``columns`` in contract order: head, swept parameters, body, link columns."""
+    head = [c for c in HEAD if c in columns]
+    body = [c for c in BODY if c in columns]
+    links = sorted(c for c in columns if is_link_column(c))
+    params = [c for c in columns if c not in head + body + links]
+    return head + params + body + links
+
+
+def swept(columns: list[str]) -> list[str]:
+    """The swept parameters among ``columns``: neither head, body nor link columns."""
+    fixed = set(HEAD) | set(BODY)
+    return [c for c in columns if c not in fixed and not is_link_column(c)]
+
+
+def link_columns(link: ResolvedLink, measured: dict[str, float | None]) -> dict[str, Any]:
+    """The columns of one inter-DC link: configured and measured RTT (ms) and rate (Mbit/s)."""
+    p = f"{LINK_PREFIX}{link.name}_"
+    return {
+        p + "rtt_ms_configured": link.a_to_b.one_way_delay_ms + link.b_to_a.one_way_delay_ms,
+        p + "rtt_ms_measured": measured.get("rtt_ms"),
+        p + "rtt_ms_p99_measured": measured.get("rtt_ms_p99"),
+        p + "rate_mbit_configured": link.a_to_b.rate_mbit,
+        p + "rate_mbit_measured": measured.get("rate_mbit"),
+    }

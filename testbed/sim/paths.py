@@ -1,0 +1,67 @@
+"""Paths between hosts of one cell's emulated network, as the simulator and the planner see it.
+
+A path follows the network as built: a rank's host link to its DC (the DC's ``intra`` profile,
+``links.intra_dc`` already laid over it), then the inter-DC links along ``Topology.routes``
+(each direction its own profile), then the receiving host's link. A path with delay is also
+capped at what ``connections`` TCP windows move per round trip (``tcp_buffer_max_mb`` ×
+``TCP_WINDOW_PER_BUFFER`` each); the cap is applied as the rate of the path's FIFO, so
+concurrent transfers on one direction share it.
+"""
+from __future__ import annotations
+
+from testbed.launch.cellfile import Slot
+from testbed.topology import LinkProfile, ResolvedLink, Topology
+from testbed.sim import calibration as C
+from testbed.sim.engine import Path
+
+Hop = tuple[str | None, float | None, float]   # (FIFO name when rate-shaped, bit/s, delay s)
+
+
+def _hop(name: str, p: LinkProfile) -> Hop:
+    rate = p.rate_mbit * 1e6 if p.rate_mbit else None
+    return (name if rate else None), rate, p.one_way_delay_ms / 1000
+
+
+def _combine(hops: list[Hop]) -> Path:
+    rates = [r for _, r, _ in hops if r]
+    return Path(tuple(n for n, _, _ in hops if n), min(rates) if rates else None,
+                sum(d for _, _, d in hops))
+
+
+class PathModel:
+    """The path between any two hosts of a built topology with its resolved inter-DC links."""
+
+    def __init__(self, topology: Topology, links: list[ResolvedLink], connections: int = 1):
+        self.topo, self.links = topology, links
+        self.routes = topology.routes(links)
+        # the most one transfer moves per round trip over its connections (window-limited)
+        self.window_bytes = (C.TCP_WINDOW_PER_BUFFER * topology.tcp_buffer_max_mb * (1 << 20)
+                             * connections)
+
+    def _inter_hops(self, a: str, b: str) -> list[Hop]:
+        out, cur = [], a
+        while cur != b:
+            nxt = self.routes[cur][b]
+            link = next(lk for lk in self.links if {lk.a, lk.b} == {cur, nxt})
+            profile = link.a_to_b if cur == link.a else link.b_to_a
+            out.append(_hop(f"{cur}->{nxt}", profile))
+            cur = nxt
+        return out
+
+    def path(self, src: Slot, dst: Slot) -> Path:
+        """The path from ``src``'s host to ``dst``'s host."""
+        up = _hop(f"{src.dc}/{src.host_index} up", self.topo.dc(src.dc).intra)
+        down = _hop(f"{dst.dc}/{dst.host_index} down", self.topo.dc(dst.dc).intra)
+        path = _combine([up, *self._inter_hops(src.dc, dst.dc), down])
+        rtt = 2 * path.delay_s
+        if rtt <= 0:
+            return path
+        # a window-limited transfer occupies the path's FIFO at window / RTT
+        window_bps = self.window_bytes * 8 / rtt
+        if path.rate_bps is not None and path.rate_bps <= window_bps:
+            return path
+        return Path(path.hops, window_bps, path.delay_s)
+
+    def between_dcs(self, a: str, b: str) -> Path:
+        """The path from a host of DC ``a`` to another host of DC ``b``."""
+        return self.path(Slot(0, 0, 0, a, 0), Slot(0, 0, 0, b, 1 if a == b else 0))

@@ -1,0 +1,273 @@
+"""Loading experiment and topology files: parse, validate, cross-check, expand the matrix.
+
+``topology`` in an experiment file is a path (relative to the experiment file, then to the
+current directory, then to the project) or an inline mapping with the fields of
+:class:`testbed.topology.Topology`. Every problem is collected and raised at once as a
+:class:`testbed.errors.SpecError` whose problems carry file, line and column.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from testbed.errors import Problem, SpecError
+from testbed.topology import MAX_DELAY_MS, Step, Topology
+from testbed.schedule.registry import schedule_problems
+from testbed.spec.matrix import Cell, cell_id, params_text, parse_matrix
+from testbed.spec.models import Experiment
+from testbed.spec.source import Loc, Source, pydantic_problems, read_bounded, read_source
+from testbed.spec.workload import stage_forward_ms
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# A link trace (trace_csv) is read whole and its steps are part of every cell (and hashed into
+# its id): 64 KiB is 3,000-13,000 rows, more steps than a cell runs seconds (timeout_s defaults
+# to 600), and a 6-cell file with a trace at the cap validates in well under 2 s here.
+MAX_TRACE_BYTES = 64 << 10
+
+
+@dataclass
+class LoadedExperiment:
+    """A validated experiment file and its cells."""
+
+    path: Path
+    experiment: Experiment
+    cells: list[Cell]
+
+
+def load_experiment(path: Path) -> LoadedExperiment:
+    """Load, validate and expand an experiment file.
+
+    Raises SpecError holding every problem found (file, line, column, field path, message),
+    including problems that only appear in some matrix cells.
+    """
+    path = Path(path)
+    src = read_source(path)
+    if not isinstance(src.data, dict):
+        raise SpecError([Problem(str(path), 1, 1, "", "an experiment file must be a mapping")])
+    problems: list[Problem] = []
+    topo = _experiment_topology(src, path, problems)
+    base = _validate_experiment(src, src.data, topo, problems, cell_params=None)
+    cells = _expand(src, topo, problems) if base is not None else []
+    if problems or base is None:
+        raise SpecError(_unique(problems))
+    return LoadedExperiment(path, base, cells)
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for p in problems:
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    return sorted(out, key=lambda p: (p.file != out[0].file, p.line, p.column))
+
+
+def _experiment_topology(src: Source, path: Path, problems: list[Problem]) -> Topology | None:
+    ref = src.data.get("topology")
+    if ref is None:
+        problems.append(Problem(str(path), 1, 1, "topology",
+                                "required; a topology file path or an inline mapping"))
+        return None
+    try:
+        if isinstance(ref, str):
+            found = resolve_topology_path(ref, path)
+            if found is None:
+                problems.append(src.problem(("topology",), f"topology file {ref!r} not found "
+                                            f"(looked next to {path.name}, in the current "
+                                            "directory and in the project)"))
+                return None
+            return load_topology(found)
+        return _validate_topology(src, ("topology",))
+    except SpecError as e:
+        problems.extend(e.problems)
+        return None
+
+
+def resolve_topology_path(ref: str, experiment_file: Path) -> Path | None:
+    """Find a topology file: next to the experiment, in the current directory, in the project."""
+    for base in (experiment_file.parent, Path.cwd(), PROJECT_ROOT):
+        candidate = (base / ref).resolve()
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+# ---------------------------------------------------------------- one document
+
+
+_PLACEHOLDER_TOPOLOGY = Topology(name="placeholder", dcs=[{"name": "dc", "hosts": 64}])
+
+
+def _validate_experiment(src: Source, data: dict, topo: Topology | None,
+                         problems: list[Problem], cell_params: dict | None) -> Experiment | None:
+    """Validate one (possibly matrix-modified) document. Problems in a cell point at the
+    matrix entry that set the offending value, when one did."""
+    data = dict(data, topology=topo if topo is not None else _PLACEHOLDER_TOPOLOGY)
+    found: list[Problem] = []
+    try:
+        exp = Experiment.model_validate(data)
+    except ValidationError as e:
+        found = pydantic_problems(e, src, (), Experiment)
+        exp = None
+    if exp is not None and topo is not None:
+        found += [src.problem(loc, msg) for loc, msg in cross_checks(exp)]
+    problems.extend(_in_cell(p, src, cell_params) for p in found)
+    return exp if not found else None
+
+
+def _in_cell(p: Problem, src: Source, cell_params: dict | None) -> Problem:
+    if not cell_params:
+        return p
+    for key, value in cell_params.items():
+        if p.path == key or p.path.startswith(key + ".") or key.startswith(p.path + "."):
+            line, col = src.where(("matrix", key))
+            if (line, col) == (0, 0):
+                line, col = _zip_where(src, key)
+            return Problem(p.file, line, col, p.path, f"{p.message} (matrix value {value!r})")
+    return Problem(p.file, p.line, p.column, p.path,
+                   f"{p.message} (in cell {params_text(cell_params)})")
+
+
+def _zip_where(src: Source, key: str) -> tuple[int, int]:
+    for i, group in enumerate((src.data.get("matrix") or {}).get("zip") or []):
+        if isinstance(group, dict) and key in group:
+            return src.where(("matrix", "zip", i, key))
+    return src.where(("matrix",))
+
+
+def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
+    """Checks across fields of a valid experiment; returns (loc, message) pairs. Whether the
+    placement strategy fits the topology is the planner's check
+    (``testbed.placement.capacity_problem``), not this one."""
+    w, out = exp.workload, []
+    stages = w.parallel.pp * w.chunks
+    if w.model.layers % stages:
+        what = f"{stages} stages" + (f" (pp={w.parallel.pp} × chunks={w.chunks})" if w.chunks > 1
+                                     else "")
+        out.append((("workload", "parallel", "pp"),
+                    f"{what} do not divide {w.model.layers} layers"))
+    for fld, msg in schedule_problems(w.schedule, w.parallel.pp, w.chunks, w.microbatches):
+        out.append((("workload", fld), msg))
+    if w.warmup >= w.iterations:
+        out.append((("workload", "warmup"), f"warmup={w.warmup} leaves no measured iteration "
+                                            f"of iterations={w.iterations}"))
+    hosts = exp.topology.total_hosts
+    if w.world_size > hosts:
+        out.append((("workload", "parallel"), f"pp × dp = {w.parallel.pp} × {w.parallel.dp} = "
+                    f"{w.world_size} ranks need {w.world_size} hosts; the topology "
+                    f"{exp.topology.name!r} has {hosts}"))
+    if exp.backend == "remote" and exp.remote is None:
+        out.append((("backend",), "backend remote needs a remote section naming the lab's "
+                                  "inventory: remote: {inventory: lab.ini}"))
+    return out + _link_checks(exp)
+
+
+def _link_checks(exp: Experiment) -> list[tuple[Loc, str]]:
+    """'NxTF' delays that cannot be resolved, and per_link keys naming no inter-DC link."""
+    out = []
+    for loc, p in exp.link_overrides():
+        if p.relative_delay_tf is not None:
+            tf = stage_forward_ms(exp.workload)
+            out.append((loc + ("delay_ms",), f"{p.delay_ms!r} needs one stage's forward time: "
+                        "set workload.compute.forward_ms (or a device)" if tf is None else
+                        f"{p.delay_ms!r} is {p.relative_delay_tf * tf:g} ms, above "
+                        f"{MAX_DELAY_MS} ms"))
+    names = {f"{lk.a}-{lk.b}" for lk in exp.topology.resolved_links()}
+    for key in exp.links.per_link:
+        if key not in names:
+            valid = ", ".join(sorted(names)) or "none"
+            out.append((("links", "per_link", key), f"no inter-DC link {key!r}; links: {valid}"))
+    return out
+
+
+def _expand(src: Source, topo: Topology | None, problems: list[Problem]) -> list[Cell]:
+    """The cells of the file's matrix (one without a matrix), each validated; two cells that
+    resolve to the same settings are a problem."""
+    matrix = parse_matrix(src, problems)
+    if matrix is None or topo is None:
+        return []
+    cells: list[Cell] = []
+    by_id: dict[str, dict] = {}
+    for params, data in matrix.documents(src, problems):
+        exp = _validate_experiment(src, data, topo, problems, cell_params=params)
+        if exp is None:
+            continue
+        cell = Cell(len(cells), cell_id(exp), params, exp)
+        if cell.cell_id in by_id:
+            problems.append(src.problem(("matrix",), f"cells {params_text(by_id[cell.cell_id])} "
+                                        f"and {params_text(params)} resolve to the same settings"))
+            continue
+        by_id[cell.cell_id] = params
+        cells.append(cell)
+    if not cells and not problems:
+        problems.append(src.problem(("matrix", "exclude"), "every cell is excluded"))
+    return cells
+
+
+# ---------------------------------------------------------------- topology
+
+
+def load_topology(path: Path) -> Topology:
+    """Load and validate a topology file; raises SpecError listing every problem."""
+    src = read_source(Path(path))
+    return _validate_topology(src, ())
+
+
+def _validate_topology(src: Source, prefix: Loc) -> Topology:
+    data = src.data
+    for p in prefix:
+        data = data[p]
+    if not isinstance(data, dict):
+        raise SpecError([src.problem(prefix, "a topology must be a mapping (DCs, links)")])
+    try:
+        topo = Topology.model_validate(data, context={"defer_checks": True})
+    except ValidationError as e:
+        raise SpecError(pydantic_problems(e, src, prefix, Topology)) from None
+    problems = [src.problem(prefix + loc, msg) for loc, msg in topo.problems()]
+    problems += _load_link_traces(topo, src, prefix)
+    if problems:
+        raise SpecError(problems)
+    return topo
+
+
+def _load_link_traces(topo: Topology, src: Source, prefix: Loc) -> list[Problem]:
+    """Turn each link's ``trace_csv`` (a file next to the YAML) into time-varying steps."""
+    problems = []
+    for i, link in enumerate(topo.links or []):
+        if not link.trace_csv:
+            continue
+        loc = prefix + ("links", i, "trace_csv")
+        path = Path(src.file).parent / link.trace_csv
+        try:
+            link.steps = sorted(link.steps + steps_from_csv(path), key=lambda st: st.at_s)
+        except (OSError, ValueError) as e:
+            problems.append(src.problem(loc, f"trace {link.trace_csv}: {e}"))
+    return problems
+
+
+def steps_from_csv(path: Path) -> list[Step]:
+    """Read a link trace: a CSV whose header has ``at_s`` and LinkProfile fields (delay_ms,
+    rate_mbit, loss_pct, jitter_ms, …); empty cells leave a field unchanged. Raises OSError
+    when it cannot be read, ValueError when it is not a regular UTF-8 file of at most
+    MAX_TRACE_BYTES or names the row that is wrong."""
+    try:
+        text = read_bounded(path, MAX_TRACE_BYTES).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text (byte {e.start})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if not reader.fieldnames or "at_s" not in reader.fieldnames:
+        raise ValueError("needs a header row with an at_s column")
+    steps = []
+    for n, row in enumerate(reader, start=2):
+        values = {k.strip(): v.strip() for k, v in row.items() if k and v and v.strip()}
+        try:
+            steps.append(Step(**values))
+        except ValidationError as e:
+            first = e.errors()[0]
+            field_name = ".".join(str(x) for x in first["loc"])
+            raise ValueError(f"row {n}, {field_name}: {first['msg']}") from None
+    return steps

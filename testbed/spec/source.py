@@ -1,0 +1,268 @@
+"""Positioned YAML: a parsed file that knows the line and column of every key and item, and the
+translation of pydantic's errors into :class:`testbed.errors.Problem` at those positions.
+
+Input files may be hostile; reading them is bounded. Only regular files are read (a FIFO or a
+device would block or never end), up to a size cap; the text must be UTF-8. YAML anchors and
+aliases are refused outright: an alias repeats a subtree, so a few lines of them expand into
+billions of values ("billion laughs"), and an aliased mapping is shared, so a matrix value set
+in one place would silently change the other. Nesting is capped (PyYAML composes recursively).
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from testbed.errors import Problem, SpecError
+
+Loc = tuple[Any, ...]
+
+# Experiment and topology files are a few KB (the largest shipped is 2 KB). PyYAML (pure Python)
+# parses the densest YAML ("[0,0,0,…]") at about 110 KiB/s of CPU here: 128 KiB keeps
+# `validate` of any file near 1 s (benchmarks/bench_hostile.py).
+MAX_YAML_BYTES = 128 << 10
+# Deeper than any field path of an experiment file (about 8 levels), far below Python's
+# recursion limit (PyYAML composes nodes recursively).
+MAX_YAML_DEPTH = 32
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+@dataclass
+class Source:
+    """A parsed YAML file: its data and the 1-based (line, column) of every key and item."""
+
+    file: str
+    data: Any
+    positions: dict[Loc, tuple[int, int]] = field(default_factory=dict)
+
+    def where(self, loc: Loc) -> tuple[int, int]:
+        """Position of ``loc``, or of its nearest ancestor that has one (0, 0 if none)."""
+        loc = tuple(loc)
+        while loc and loc not in self.positions:
+            loc = loc[:-1]
+        return self.positions.get(loc, (0, 0))
+
+    def problem(self, loc: Loc, message: str) -> Problem:
+        line, col = self.where(loc)
+        return Problem(self.file, line, col, _dotted(loc), message)
+
+
+def _dotted(loc: Loc) -> str:
+    return ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """YAML that is well-formed but not accepted (anchors, aliases, deep nesting)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing anchors, aliases and nesting deeper than MAX_YAML_DEPTH
+    before it composes them."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise _Refused(problem="YAML anchors (&name) and aliases (*name) are not supported: "
+                                   "write the values out", problem_mark=event.start_mark)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise _Refused(problem=f"nested deeper than {MAX_YAML_DEPTH} levels",
+                           problem_mark=event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def parse_yaml(text: str, file: str) -> Source:
+    """Parse YAML text, recording positions; raises SpecError on syntax errors, duplicate keys,
+    characters YAML does not allow, anchors/aliases and nesting deeper than MAX_YAML_DEPTH."""
+    try:
+        loader = _BoundedLoader(text)
+    except yaml.YAMLError as e:  # the reader checks every character first
+        raise SpecError([_yaml_problem(e, text, file)]) from None
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as e:
+        raise SpecError([_yaml_problem(e, text, file)]) from None
+    finally:
+        loader.dispose()
+    src = Source(file, data)
+    dupes: list[Problem] = []
+    if node is not None:
+        _walk(node, (), src, dupes)
+    if dupes:
+        raise SpecError(dupes)
+    return src
+
+
+def _yaml_problem(e: yaml.YAMLError, text: str, file: str) -> Problem:
+    """One line, at the error's position when it has one."""
+    if isinstance(e, yaml.reader.ReaderError):
+        line, col = _line_col(text, e.position)
+        char = e.character if isinstance(e.character, int) else ord(e.character)
+        return Problem(file, line, col, "", f"unacceptable character #x{char:04x}: {e.reason}")
+    mark = getattr(e, "problem_mark", None)
+    line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+    msg = getattr(e, "problem", None) or " ".join(str(e).split())
+    return Problem(file, line, col, "", msg if isinstance(e, _Refused) else f"YAML syntax: {msg}")
+
+
+def _line_col(text: str, offset: int) -> tuple[int, int]:
+    """1-based (line, column) of character ``offset`` in ``text``."""
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+def _walk(node: yaml.Node, loc: Loc, src: Source, dupes: list[Problem]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            key = yaml.safe_load(yaml.serialize(key_node)) if key_node.tag != \
+                "tag:yaml.org,2002:str" else key_node.value
+            child = loc + (key,)
+            pos = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            if key in seen:
+                dupes.append(Problem(src.file, *pos, _dotted(child), "key given twice"))
+            seen.add(key)
+            src.positions[child] = pos
+            _walk(value_node, child, src, dupes)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            src.positions[loc + (i,)] = (item.start_mark.line + 1, item.start_mark.column + 1)
+            _walk(item, loc + (i,), src, dupes)
+
+
+def read_source(path: Path) -> Source:
+    """Read and parse a YAML file; raises SpecError when it is missing, unreadable, not a
+    regular file, over MAX_YAML_BYTES, not UTF-8 or not acceptable YAML (see parse_yaml)."""
+    try:
+        data = read_bounded(Path(path), MAX_YAML_BYTES)
+    except OSError as e:
+        raise SpecError([Problem(str(path), 0, 0, "", f"cannot read: {e.strerror}")]) from None
+    except ValueError as e:
+        raise SpecError([Problem(str(path), 0, 0, "", f"cannot read: {e}")]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[:e.start].decode("utf-8")
+        line, col = _line_col(before, len(before))
+        raise SpecError([Problem(str(path), line, col, "", f"not UTF-8 text: byte "
+                                 f"0x{data[e.start]:02x} (save the file as UTF-8)")]) from None
+    return parse_yaml(text, str(path))
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes. Raises OSError when it cannot
+    be opened or read, ValueError when it is not a regular file (a FIFO or device would block
+    or never end; it is opened non-blocking and never read) or is larger than ``limit``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((k for test, k in _FILE_KINDS if test(mode)), "not a file")
+            raise ValueError(f"{kind}, not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than the {size_text(limit)} cap")
+    return data
+
+
+def size_text(n_bytes: int) -> str:
+    """``n_bytes`` as MiB or KiB when it is a whole number of them, e.g. ``1 MiB``."""
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n_bytes % size == 0:
+            return f"{n_bytes // size} {unit}"
+    return f"{n_bytes} bytes"
+
+
+# ---------------------------------------------------------------- pydantic errors → problems
+
+
+def pydantic_problems(err: ValidationError, src: Source, prefix: Loc,
+                      model: type[BaseModel]) -> list[Problem]:
+    """One problem per pydantic error, placed at the key it is about (under ``prefix``) and
+    worded for the file's author: unknown keys list the allowed ones, a field's description is
+    added as a hint."""
+    out = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if not _is_union_tag(p))
+        out.extend(src.problem(prefix + loc, m) for m in _messages(e, loc, model))
+    return out
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic names union members in locs ("str", "Topology", "function-after[...]").
+    return isinstance(part, str) and (part[:1].isupper() or "[" in part)
+
+
+def _messages(e: dict, loc: Loc, model: type[BaseModel]) -> list[str]:
+    hint = _description(model, loc)
+    return [m + (f" ({hint})" if hint and e["type"] not in ("extra_forbidden", "missing") else "")
+            for m in _base_messages(e, loc, model)]
+
+
+def _description(model: type[BaseModel], loc: Loc) -> str:
+    if not loc or isinstance(loc[-1], int):
+        return ""
+    parent = _model_at(model, loc[:-1])
+    f = parent.model_fields.get(loc[-1]) if parent else None
+    return (f.description or "") if f else ""
+
+
+def _base_messages(e: dict, loc: Loc, model: type[BaseModel]) -> list[str]:
+    kind, msg = e["type"], e["msg"]
+    if kind == "extra_forbidden":
+        allowed = _fields_at(model, loc[:-1])
+        return [f"unknown key {loc[-1]!r}" + (f"; allowed: {', '.join(allowed)}" if allowed else "")]
+    if kind == "missing":
+        return ["required; add it"]
+    if kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+        return msg.split("; ")
+    got = e.get("input")
+    if isinstance(got, (int, float, str, bool)) and kind not in ("string_pattern_mismatch",):
+        return [f"{msg[0].lower()}{msg[1:]} (got {got!r})"]
+    return [msg[0].lower() + msg[1:]]
+
+
+def _model_at(model: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
+    """The pydantic model class found by following ``loc`` through field annotations."""
+    cur: Any = model
+    for part in loc:
+        if isinstance(part, int) or cur is None:
+            continue
+        if not (isinstance(cur, type) and issubclass(cur, BaseModel)):
+            return None
+        f = cur.model_fields.get(part)
+        cur = model_in(f.annotation) if f else None
+    return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
+
+
+def model_in(annotation: Any) -> Any:
+    """The first pydantic model class in a field annotation (``X | None``, ``list[X]``…), or
+    None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _fields_at(model: type[BaseModel], loc: Loc) -> list[str]:
+    m = _model_at(model, loc)
+    return list(m.model_fields) if m else []

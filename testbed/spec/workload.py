@@ -1,0 +1,266 @@
+"""The training job of an experiment and the torch-free arithmetic of its costs.
+
+The models (:class:`Workload` and its sections) and the sizes derived from them: parameters
+and FLOPs per stage, the activation sent between stages, the bytes emulated tensors carry, and
+the emulated compute times. The spec, the simulator and the workers all take them from here, so
+a prediction and a run agree, and none of them needs torch to know a size.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from testbed.topology import Strict
+from testbed.schedule.registry import CROSS_DC_SCHEDULES, SCHEDULES
+
+# Peak dense bf16 throughput of the device profiles (vendor data sheets), FLOP/s.
+PEAK_FLOPS = {"a100": 312e12, "h100": 989e12}
+# Emulated tensors are float32 (bfloat16 is modelled as half the elements).
+FLOAT32_BYTES = 4
+
+
+class ModelSpec(Strict):
+    """A GPT-style decoder's size."""
+
+    layers: int = Field(8, ge=1, le=1024)
+    hidden: int = Field(1024, ge=8, le=65536)
+    heads: int = Field(16, ge=1, le=1024)
+    seq_len: int = Field(1024, ge=1, le=1_048_576)
+    vocab: int = Field(32000, ge=2, le=1_048_576)
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> "ModelSpec":
+        if self.hidden % self.heads:
+            raise ValueError(f"heads={self.heads} must divide hidden={self.hidden}")
+        return self
+
+
+class Parallel(Strict):
+    """Pipeline stages (pp) × data-parallel replicas (dp); one rank per host."""
+
+    pp: int = Field(4, ge=1, le=128)
+    dp: int = Field(1, ge=1, le=128)
+
+
+class Compute(Strict):
+    """Real forward/backward, or emulated: each F/B/W takes a modelled time (per virtual stage,
+    per microbatch) while tensors of the true shapes cross the network."""
+
+    mode: Literal["emulated", "real"] = "emulated"
+    forward_ms: float | None = Field(None, gt=0, le=600_000)
+    backward_ms: float | None = Field(None, gt=0, le=600_000, description="full backward B")
+    weight_ms: float | None = Field(None, gt=0, le=600_000,
+                                    description="W part of B for split schedules (default B/2)")
+    device: Literal["a100", "h100"] | None = Field(
+        None, description="emulated times from FLOPs / (peak × mfu) instead of forward_ms")
+    mfu: float = Field(0.4, gt=0, le=1)
+    bytes_scale: float = Field(1.0, gt=0, le=1,
+                               description="shrink activation and gradient tensors by this "
+                                           "factor; link rates are not changed: give them as "
+                                           "real rate × bytes_scale to keep serialization times")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+    @model_validator(mode="after")
+    def _times_known(self) -> "Compute":
+        if self.mode == "emulated" and self.device is None and (
+                self.forward_ms is None or self.backward_ms is None):
+            raise ValueError("emulated compute needs forward_ms and backward_ms, or a device")
+        if self.weight_ms is not None and self.backward_ms is not None \
+                and self.weight_ms >= self.backward_ms:
+            raise ValueError(f"weight_ms={self.weight_ms} must be below backward_ms="
+                             f"{self.backward_ms} (W is part of B)")
+        return self
+
+
+class Filler(Strict):
+    """Bubble filling (BubbleTea-style): prefill requests of a small inference model, run by each
+    rank only inside idle gaps it measured at the same wait in the previous iteration."""
+
+    model: ModelSpec = Field(default_factory=lambda: ModelSpec(layers=2, hidden=256, heads=4,
+                                                               seq_len=128, vocab=1000))
+    prompt_tokens: int = Field(128, ge=1, le=1_048_576, description="tokens per prefill request")
+    mode: Literal["emulated", "real"] | None = Field(
+        None, description="real: a torch.no_grad() forward of the model; emulated: sleep "
+                          "prefill_ms; default: as workload.compute.mode")
+    prefill_ms: float = Field(5.0, gt=0, le=600_000,
+                              description="modelled time of one prefill request (emulated mode)")
+    margin_ms: float = Field(2.0, ge=0, le=600_000,
+                             description="safety margin: a request starts only if it is expected "
+                                         "to end this long before the predicted end of the gap")
+
+    @model_validator(mode="after")
+    def _prompt_fits(self) -> "Filler":
+        if self.prompt_tokens > self.model.seq_len:
+            raise ValueError(f"prompt_tokens={self.prompt_tokens} exceeds the filler model's "
+                             f"seq_len={self.model.seq_len}: lower it or raise model.seq_len")
+        return self
+
+
+class Workload(Strict):
+    """The training job run in every cell."""
+
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    parallel: Parallel = Field(default_factory=Parallel)
+    schedule: str = Field("1f1b", description="one of: " + ", ".join(
+        [*SCHEDULES, *CROSS_DC_SCHEDULES]))
+    chunks: int = Field(1, ge=1, le=16, description="virtual stages per rank")
+    microbatches: int = Field(8, ge=1, le=4096)
+    microbatch_size: int = Field(1, ge=1, le=4096)
+    executor: Literal["ir", "torch"] = "ir"
+    connections: int = Field(1, ge=1, le=64,
+                             description="TCP connections per P2P transfer (ir executor): each "
+                                         "activation/gradient is split over this many, as Atlas "
+                                         "does on window-limited high-RTT links")
+    compute: Compute = Field(default_factory=lambda: Compute(forward_ms=20, backward_ms=40))
+    memory_limit: int | None = Field(
+        None, ge=1, le=4096, description="most microbatches of activations a stage may hold; "
+                                         "the cross-DC schedules (geopipe, crosspipe_*) are "
+                                         "built within it (None: no limit)")
+    filler: Filler | None = Field(None, description="optional inference prefill run only inside "
+                                                    "measured idle gaps (ir executor)")
+    iterations: int = Field(6, ge=1, le=100_000, description="total, warm-up included")
+    warmup: int = Field(1, ge=0)
+    seed: int = 0
+    lr: float = Field(1e-3, gt=0)
+
+    @property
+    def world_size(self) -> int:
+        return self.parallel.pp * self.parallel.dp
+
+    @model_validator(mode="after")
+    def _options_need_ir(self) -> "Workload":
+        if self.schedule in CROSS_DC_SCHEDULES and self.executor != "ir":
+            raise ValueError(f"{self.schedule} needs executor: ir (torch's schedule classes "
+                             "have no cross-DC-aware schedules)")
+        if self.connections > 1 and self.executor != "ir":
+            raise ValueError(f"connections={self.connections} needs executor: ir (the torch "
+                             "executor sends each tensor on one connection)")
+        if self.filler is not None and self.executor != "ir":
+            raise ValueError("filler needs executor: ir (the torch executor's waits are inside "
+                             "torch.distributed.pipelining, out of the filler's reach): set "
+                             "executor: ir or remove filler")
+        return self
+
+    @property
+    def filler_mode(self) -> str | None:
+        """How the filler runs: its own mode, else the training compute's; None without one."""
+        if self.filler is None:
+            return None
+        return self.filler.mode or self.compute.mode
+
+
+# ---------------------------------------------------------------- sizes
+
+
+def layer_params(spec: ModelSpec) -> int:
+    """Parameters of one block (attention 4h² + MLP 8h², biases and norms)."""
+    h = spec.hidden
+    return 12 * h * h + 13 * h
+
+
+def stage_params(spec: ModelSpec, stage: int, n_stages: int) -> int:
+    """Parameters held by a virtual stage (embeddings on the first, head on the last)."""
+    n = layer_params(spec) * (spec.layers // n_stages)
+    if stage == 0:
+        n += (spec.vocab + spec.seq_len) * spec.hidden
+    if stage == n_stages - 1:
+        n += spec.vocab * spec.hidden + 2 * spec.hidden
+    return n
+
+
+def forward_flops(spec: ModelSpec, stage: int, n_stages: int, microbatch_size: int) -> float:
+    """FLOPs of one stage's forward for one microbatch: 2 per parameter per token for the
+    matrices, plus attention scores (2·s²·h per layer, twice)."""
+    tokens = microbatch_size * spec.seq_len
+    layers = spec.layers // n_stages
+    flops = 2 * tokens * layer_params(spec) * layers
+    flops += 4 * microbatch_size * spec.seq_len ** 2 * spec.hidden * layers
+    if stage == n_stages - 1:
+        flops += 2 * tokens * spec.vocab * spec.hidden
+    return float(flops)
+
+
+def activation_numel(spec: ModelSpec, microbatch_size: int, bytes_scale: float = 1.0) -> int:
+    """Elements of the activation (and its gradient) between stages, scaled by
+    ``bytes_scale`` (at least 1)."""
+    return max(1, math.ceil(microbatch_size * spec.seq_len * spec.hidden * bytes_scale))
+
+
+def bytes_factor(w: Workload) -> float:
+    """The executor's: emulated tensors are float32 × bytes_scale (× 0.5 for bfloat16); real
+    compute sends tensors as they are (1.0)."""
+    c = w.compute
+    if c.mode == "real":
+        return 1.0
+    return c.bytes_scale * (0.5 if c.dtype == "bfloat16" else 1.0)
+
+
+def message_bytes(w: Workload) -> int:
+    """Bytes of one activation (or its gradient) between stages, as the executor sends it."""
+    return activation_numel(w.model, w.microbatch_size, bytes_factor(w)) * FLOAT32_BYTES
+
+
+# ---------------------------------------------------------------- times
+
+
+@dataclass
+class ComputeTimes:
+    """Emulated durations in seconds per virtual stage and microbatch."""
+
+    f: float
+    b: float
+    w: float
+
+    @property
+    def i(self) -> float:
+        return self.b - self.w
+
+    @classmethod
+    def from_workload(cls, w: Workload, stage: int, n_stages: int) -> "ComputeTimes":
+        """From forward_ms/backward_ms/weight_ms, or from FLOPs on a device at an MFU (B = 2F,
+        W = B/2); raises ValueError when neither is given."""
+        c = w.compute
+        if c.forward_ms is not None and c.backward_ms is not None:
+            f, b = c.forward_ms / 1000, c.backward_ms / 1000
+        elif c.device in PEAK_FLOPS:
+            f = forward_flops(w.model, stage, n_stages, w.microbatch_size) / (
+                PEAK_FLOPS[c.device] * c.mfu)
+            b = 2 * f
+        else:
+            raise ValueError("emulated compute needs forward_ms and backward_ms, or a device "
+                             f"with a known peak ({', '.join(PEAK_FLOPS)})")
+        wt = c.weight_ms / 1000 if c.weight_ms is not None else b / 2
+        return cls(f, b, wt)
+
+
+def stage_forward_ms(w: Workload) -> float | None:
+    """One stage's forward time per microbatch in ms, the TF of delays such as '2xTF':
+    ``forward_ms``, or virtual stage 0's FLOPs / (peak × mfu) on the device; None when unknown."""
+    c = w.compute
+    if c.forward_ms is not None:
+        return c.forward_ms
+    if c.device not in PEAK_FLOPS:
+        return None
+    flops = forward_flops(w.model, 0, w.parallel.pp * w.chunks, w.microbatch_size)
+    return flops / (PEAK_FLOPS[c.device] * c.mfu) * 1000
+
+
+def stage_times(w: Workload) -> list[ComputeTimes] | None:
+    """The emulated times of every virtual stage, or None when the workload gives neither
+    times nor a device with a known peak (real compute without modelled times)."""
+    n = w.parallel.pp * w.chunks
+    try:
+        return [ComputeTimes.from_workload(w, s, n) for s in range(n)]
+    except ValueError:
+        return None
+
+
+def gradient_bytes(w: Workload, stages: list[int]) -> int:
+    """Bytes of the gradients of ``stages`` (virtual stages of one pipeline rank), as the
+    executor's data-parallel all-reduce moves them."""
+    n = w.parallel.pp * w.chunks
+    numel = sum(stage_params(w.model, s, n) for s in stages)
+    return max(1, int(numel * bytes_factor(w))) * FLOAT32_BYTES

@@ -1,0 +1,1 @@
+"""The worker process: model, executors (ir and torch), transport, filler and tracing."""
