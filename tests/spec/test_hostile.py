@@ -77,7 +77,7 @@ def _assert_refused_quickly(path: Path, expected_line: str) -> None:
 def test_every_class_of_hostile_file_is_kept():
     names = {p.stem.removeprefix("hostile_") for p in HOSTILE}
     assert {"billion_laughs", "not_utf8", "binary_garbage", "deeply_nested", "nan_delay",
-            "trace_csv_device", "matrix_millions"} <= names
+            "trace_csv_device", "matrix_millions", "huge_integer"} <= names
 
 
 @pytest.mark.parametrize("path", HOSTILE, ids=[p.stem for p in HOSTILE])
@@ -177,6 +177,29 @@ def test_a_single_alias_is_refused_too():
     with pytest.raises(SpecError) as e:
         parse_yaml("a: &x {delay_ms: 5}\nb: *x\n", "f.yaml")
     assert str(e.value).startswith("f.yaml:1:4 YAML anchors (&name) and aliases")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("seed: 9223372036854775808\n", "1:7 cannot read this value: integers must fit in 64 bits "
+                                     "(this one has 64)"),
+    ("seed: 2000-13-45\n", "1:7 cannot read this value: month must be in 1..12")])
+def test_values_python_cannot_construct_are_reported_at_their_position(text, message):
+    with pytest.raises(SpecError) as e:
+        parse_yaml(text, "f.yaml")
+    assert str(e.value) == f"f.yaml:{message}"
+
+
+def test_a_64_bit_integer_is_read():
+    assert parse_yaml("seed: 9223372036854775807\n", "f.yaml").data == {"seed": 2**63 - 1}
+
+
+def test_long_values_are_shortened_in_messages(tmp_path):
+    f = tmp_path / "long.yaml"
+    f.write_text("name: " + "x" * 5000 + "\ntopology: topologies/two-dc.yaml\n", encoding="utf-8")
+    with pytest.raises(SpecError) as e:
+        load_experiment(f)
+    assert str(e.value) == (f"{f}:1:1 name: string should have at most 64 characters (got '"
+                            + "x" * 79 + "…)")
 
 
 def test_nesting_up_to_the_cap_is_accepted():
