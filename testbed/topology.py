@@ -36,13 +36,6 @@ MAX_DELAY_MS = 10_000
 RELATIVE_DELAY = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*x\s*TF\s*$")
 
 
-def _finite(v: object) -> object:
-    """``v`` unchanged; raises a pydantic finite_number error when it is a nan or inf float."""
-    if isinstance(v, float) and not math.isfinite(v):
-        raise PydanticCustomError("finite_number", "Input should be a finite number")
-    return v
-
-
 class Strict(BaseModel):
     """Base for every file-backed model: unknown keys and non-finite numbers (nan, inf) are
     errors."""
@@ -105,23 +98,24 @@ class LinkProfile(Strict):
 
     @field_validator("delay_ms", mode="before")
     @classmethod
-    def _finite_delay(cls, v: object) -> object:
-        # nan/inf are refused before the float | str union, which would report them per member
-        return _finite(v)
+    def _delay_number(cls, v: object) -> object:
+        # a number as text (CSV link traces) becomes one; nan and inf are refused here, before
+        # the float | str union, which would report them once per member
+        if isinstance(v, str) and not RELATIVE_DELAY.match(v):
+            try:
+                v = float(v)
+            except ValueError:
+                raise ValueError(f"not a delay: {v!r} (give ms, or a multiple of one stage's "
+                                 "forward time such as '2xTF')") from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise PydanticCustomError("finite_number", "Input should be a finite number")
+        return v
 
     @field_validator("delay_ms")
     @classmethod
     def _delay(cls, v: float | str | None) -> float | str | None:
         if isinstance(v, str):
-            m = RELATIVE_DELAY.match(v)
-            if m:
-                return f"{float(m.group(1)):g}xTF"
-            try:
-                v = float(v)  # a number as text (CSV link traces)
-            except ValueError:
-                raise ValueError(f"not a delay: {v!r} (give ms, or a multiple of one stage's "
-                                 "forward time such as '2xTF')") from None
-            _finite(v)
+            return f"{float(RELATIVE_DELAY.match(v).group(1)):g}xTF"
         if v is not None and v < 0:
             raise PydanticCustomError("greater_than_equal",
                                       "Input should be greater than or equal to {ge}", {"ge": 0})
