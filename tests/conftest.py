@@ -6,6 +6,8 @@ import subprocess
 
 import pytest
 
+from testbed.sim import calibration
+
 
 def pytest_collection_modifyitems(config, items):
     if os.geteuid() != 0:
@@ -24,3 +26,13 @@ def _netns_list() -> set[str]:
 def netns_list():
     """A function returning the names of the network namespaces that exist now."""
     return _netns_list
+
+
+@pytest.fixture
+def no_overheads(monkeypatch):
+    """The simulator's textbook model: no software costs, so closed forms (and another
+    simulator's exact-input makespans) hold exactly."""
+    for name in ("SLEEP_OVERSHOOT_S", "ACTION_GAP_S", "SEND_CALL_S", "MESSAGE_LATENCY_S",
+                 "POST_RECV_S"):
+        monkeypatch.setattr(calibration, name, 0.0)
+    monkeypatch.setattr(calibration, "UNSHAPED_BYTES_PER_S", float("inf"))

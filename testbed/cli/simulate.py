@@ -3,9 +3,11 @@ for every cell of an experiment (no root, no network, seconds)."""
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -34,23 +36,55 @@ def add_subcommands(sub) -> None:
                    help="write one cell's predicted timeline: .json (spans) or .png (plot)")
     p.add_argument("--cell", metavar="CELL_ID",
                    help="the cell for --timeline (default: the first)")
+    p.add_argument("--csv", type=Path, metavar="FILE",
+                   help="also write one row per cell: cell id, swept parameters, predicted_* "
+                        "columns and schedule_rule")
+    p.add_argument("--json", type=Path, metavar="FILE",
+                   help="the same rows as a JSON list of objects")
     p.set_defaults(func=_simulate)
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from testbed.plan import plan_all, predict
+    from testbed.plan import plan_all
     from testbed.spec import load_experiment
 
     if args.memory_limit is not None and args.memory_limit < 1:
         raise SpecError([Problem("--memory-limit", 0, 0, "", "must be at least 1 microbatch")])
+    for flag, out in (("--csv", args.csv), ("--json", args.json)):
+        if out is not None and not out.parent.is_dir():
+            raise SpecError([Problem(str(out), 0, 0, flag, f"no directory {out.parent}")])
     le = load_experiment(args.experiment)
     plans = plan_all(le)
-    rows = [(p.cell, predict(p, args.memory_limit)) for p in plans]
+    rows = [(p.cell, _predict_cell(p, args.memory_limit)) for p in plans]
     console = Console(width=None if sys.stdout.isatty() else 160)  # logs: no squeezing
     console.print(_table(le, rows, args.memory_limit))
+    records = [{"cell_id": c.cell_id, **c.params, **pred} for c, pred in rows]
+    if args.csv:
+        _write_csv(records, args.csv)
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
     if args.timeline:
         return _write_timeline(le, plans, args.cell, args.timeline)
     return EXIT_OK
+
+
+def _predict_cell(plan, memory_limit: int | None) -> dict[str, Any]:
+    """``predict`` of a cell's plan, plus ``schedule_rule``: which of its generator's variants
+    the schedule is (``crosspipe_greedy``: the rule that won; else empty). Raises
+    SimulationError when the cell cannot be simulated."""
+    from testbed.plan import predict
+
+    return {**predict(plan, memory_limit), "schedule_rule": plan.schedule.variant}
+
+
+def _write_csv(records: list[dict[str, Any]], out: Path) -> None:
+    """One row per cell; list values (per stage) as space-separated numbers."""
+    fields = list(dict.fromkeys(k for r in records for k in r))
+    with out.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in records:
+            w.writerow({k: _fmt(v) if isinstance(v, list) else v for k, v in r.items()})
 
 
 def _table(le, rows, memory_limit: int | None) -> Table:

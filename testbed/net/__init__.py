@@ -1,1 +1,1 @@
-"""The emulated network: topology (pure data), backends that build it, shapers that shape it."""
+"""The emulated network: backends that build a topology, shapers that shape it, measurements."""

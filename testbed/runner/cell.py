@@ -71,7 +71,9 @@ class CellRunner:
             "repeat": repeat, "status": "failed", "error": "", **cell.params,
             "backend": exp.backend, "shaper": self.shaper_name, "placement": exp.placement,
             "placement_stage_dcs": " ".join(plan.stage_dcs),
-            "schedule": w.schedule_file or w.schedule, "executor": w.executor, "compute_mode": w.compute.mode,
+            "schedule": w.schedule_file or w.schedule, "executor": w.executor,
+            "compute_mode": w.compute.mode,
+            "schedule_rule": plan.schedule.variant,  # crosspipe_greedy: the rule that won
             "pp": w.parallel.pp, "dp": w.parallel.dp, "chunks": w.chunks,
             "microbatches": w.microbatches,
             **{k: plan.prediction.get(k) for k in columns.PREDICTED},

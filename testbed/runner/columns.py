@@ -12,7 +12,7 @@ from testbed.topology import ResolvedLink
 HEAD = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
 # what the cell was: settings that every row has, swept or not
 SETTINGS = ["backend", "shaper", "placement", "placement_stage_dcs", "schedule", "executor",
-            "compute_mode", "pp", "dp", "chunks", "microbatches"]
+            "compute_mode", "schedule_rule", "pp", "dp", "chunks", "microbatches"]
 MEASURED = ["iteration_time_s", "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max",
             "bubble_ratio_megatron", "throughput_tokens_s", "throughput_samples_s",
             "exposed_comm_s"]

@@ -12,6 +12,7 @@ from typing import Callable
 
 from testbed.schedule.crossdc import CROSS_DC_GENERATORS, CrossDCContext, generate_cross_dc
 from testbed.schedule.ir import Action, Kind, Schedule
+from testbed.schedule.rank_orders import one_f_one_b_rank
 from testbed.schedule.registry import SCHEDULES
 
 Generator = Callable[[int, int, int], Schedule]
@@ -31,15 +32,6 @@ def _one_f_one_b(pp: int, microbatches: int, chunks: int) -> Schedule:
     actions = [one_f_one_b_rank(r, min(pp - 1 - r, microbatches), microbatches)
                for r in range(pp)]
     return Schedule("1f1b", pp, pp, microbatches, list(range(pp)), actions)
-
-
-def one_f_one_b_rank(stage: int, warm: int, microbatches: int) -> list[Action]:
-    """One rank of a 1F1B-shaped schedule: ``warm`` forwards, one forward one backward, then
-    the remaining backwards (GeoPipe-style schedules choose a larger ``warm``)."""
-    acts = [Action(stage, Kind.F, i) for i in range(warm)]
-    for i in range(microbatches - warm):
-        acts += [Action(stage, Kind.F, warm + i), Action(stage, Kind.B, i)]
-    return acts + [Action(stage, Kind.B, i) for i in range(microbatches - warm, microbatches)]
 
 
 class _RankOps:

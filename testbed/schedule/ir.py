@@ -59,7 +59,9 @@ class Schedule:
     """A whole pipeline schedule for one DP replica.
 
     ``stage_to_rank[s]`` is the pipeline rank that owns virtual stage ``s``; ``actions[r]`` is
-    rank r's ordered list. ``n_stages`` = pp × chunks.
+    rank r's ordered list. ``n_stages`` = pp × chunks. ``variant`` names how a generator with
+    several ways of building ``name`` built this one (``crosspipe_greedy``: the selection rule
+    that gave the shorter schedule, ``crosspipe`` or ``fixed``); empty for the others.
     """
 
     name: str
@@ -68,6 +70,7 @@ class Schedule:
     microbatches: int
     stage_to_rank: list[int]
     actions: list[list[Action]] = field(default_factory=list)
+    variant: str = ""
 
     def stages_of(self, rank: int) -> list[int]:
         """The virtual stages rank ``rank`` owns, in increasing order."""
@@ -82,7 +85,7 @@ class Schedule:
         return {
             "name": self.name, "pp": self.pp, "n_stages": self.n_stages,
             "microbatches": self.microbatches, "stage_to_rank": list(self.stage_to_rank),
-            "actions": self.to_rows(),
+            "actions": self.to_rows(), "variant": self.variant,
         }
 
     @classmethod
@@ -92,4 +95,5 @@ class Schedule:
             name=d["name"], pp=d["pp"], n_stages=d["n_stages"], microbatches=d["microbatches"],
             stage_to_rank=list(d["stage_to_rank"]),
             actions=[[Action.parse(a) for a in row] for row in d["actions"]],
+            variant=d.get("variant", ""),
         )

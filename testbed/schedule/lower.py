@@ -30,7 +30,7 @@ def lower(schedule: Schedule) -> Schedule:
                 lowered.append(Action(a.stage, Kind.SEND_B, a.microbatch))
         out.append(lowered)
     return Schedule(schedule.name, schedule.pp, schedule.n_stages, schedule.microbatches,
-                    list(owner), out)
+                    list(owner), out, schedule.variant)
 
 
 @dataclass

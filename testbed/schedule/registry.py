@@ -50,7 +50,8 @@ CROSS_DC_SCHEDULES: dict[str, ScheduleInfo] = {
     s.name: s
     for s in [
         ScheduleInfo("geopipe", "1F1B with extra warm-up before DC boundaries (GeoPipe-style)"),
-        ScheduleInfo("crosspipe_greedy", "latency/bandwidth-aware greedy, I > F > W (CrossPipe)",
+        ScheduleInfo("crosspipe_greedy", "latency/bandwidth-aware greedy, CrossPipe's selection "
+                                          "rule or I > F > W, the shorter (CrossPipe)",
                      split_backward=True),
         ScheduleInfo("crosspipe_milp", "makespan-optimal MILP, pp ≤ 4, m ≤ 8 (CrossPipe)",
                      split_backward=True),

@@ -23,12 +23,14 @@ from testbed.errors import Problem, SpecError
 Loc = tuple[Any, ...]
 
 # Experiment and topology files are a few KB (the largest shipped is 2 KB). PyYAML (pure Python)
-# parses the densest YAML ("[0,0,0,…]") at about 110 KiB/s of CPU here: 128 KiB keeps
-# `validate` of any file near 1 s (benchmarks/bench_hostile.py).
-MAX_YAML_BYTES = 128 << 10
+# parses the densest YAML ("[0,0,0,…]") at about 90 KiB per CPU second here: 64 KiB keeps
+# `validate` of any file near 1 s of CPU (benchmarks/bench_hostile.txt).
+MAX_YAML_BYTES = 64 << 10
 # Deeper than any field path of an experiment file (about 8 levels), far below Python's
 # recursion limit (PyYAML composes nodes recursively).
 MAX_YAML_DEPTH = 32
+# Longest value shown in a message.
+SHOWN_CHARS = 80
 _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                (stat.S_ISSOCK, "a socket"))
@@ -59,12 +61,13 @@ def _dotted(loc: Loc) -> str:
 
 
 class _Refused(yaml.MarkedYAMLError):
-    """YAML that is well-formed but not accepted (anchors, aliases, deep nesting)."""
+    """YAML that is well-formed but not accepted (anchors, aliases, deep nesting, values that
+    cannot be constructed)."""
 
 
 class _BoundedLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing anchors, aliases and nesting deeper than MAX_YAML_DEPTH
-    before it composes them."""
+    before it composes them, and reporting values it cannot construct at their position."""
 
     def __init__(self, stream: str):
         super().__init__(stream)
@@ -83,6 +86,25 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_int(self, node: yaml.Node) -> int:
+        """An integer of at most 64 bits: longer ones are no setting of this project's, and
+        Python refuses to print integers of over 4300 digits."""
+        value = self.construct_yaml_int(node)
+        if abs(value) >= 1 << 63:
+            raise ValueError(f"integers must fit in 64 bits (this one has {value.bit_length()})")
+        return value
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # a scalar Python cannot turn into a value: an integer of over 4300 digits, 2000-13-45
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as e:
+            raise _Refused(problem=f"cannot read this value: {str(e).split(';')[0]}",
+                           problem_mark=node.start_mark) from None
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_int)
 
 
 def parse_yaml(text: str, file: str) -> Source:
@@ -234,8 +256,14 @@ def _base_messages(e: dict, loc: Loc, model: type[BaseModel]) -> list[str]:
         return msg.split("; ")
     got = e.get("input")
     if isinstance(got, (int, float, str, bool)) and kind not in ("string_pattern_mismatch",):
-        return [f"{msg[0].lower()}{msg[1:]} (got {got!r})"]
+        return [f"{msg[0].lower()}{msg[1:]} (got {_shown(got)})"]
     return [msg[0].lower() + msg[1:]]
+
+
+def _shown(value: int | float | str | bool) -> str:
+    """``repr(value)``, shortened to SHOWN_CHARS (a file's value may be 60 KB long)."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
 
 
 def _model_at(model: type[BaseModel], loc: Loc) -> type[BaseModel] | None:

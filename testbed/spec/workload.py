@@ -167,8 +167,8 @@ class Workload(Strict):
     filler: Filler | None = Field(None, description="optional inference prefill run only inside "
                                                     "measured idle gaps (ir executor)")
     iterations: int = Field(6, ge=1, le=100_000, description="total, warm-up included")
-    warmup: int = Field(1, ge=0)
-    seed: int = 0
+    warmup: int = Field(1, ge=0, le=100_000)
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="of the weights and the data")
     lr: float = Field(1e-3, gt=0)
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

@@ -17,15 +17,6 @@ from testbed.spec.workload import ComputeTimes
 F, B = 0.010, 0.020  # seconds
 
 
-@pytest.fixture
-def no_overheads(monkeypatch):
-    """The textbook model: no software costs, so closed forms hold exactly."""
-    for name in ("SLEEP_OVERSHOOT_S", "ACTION_GAP_S", "SEND_CALL_S", "MESSAGE_LATENCY_S",
-                 "POST_RECV_S"):
-        monkeypatch.setattr(calibration, name, 0.0)
-    monkeypatch.setattr(calibration, "UNSHAPED_BYTES_PER_S", float("inf"))
-
-
 def sim(name: str, pp: int, m: int, chunks: int = 1, delay_s: float = 0.0,
         rate_bps: float | None = None, nbytes: int = 1000, w: float | None = None):
     s = lower(generate(name, pp, m, chunks))
