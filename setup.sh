@@ -19,6 +19,7 @@ apt_packages=(
   openssh-client
   iperf3          # TCP throughput in fidelity checks and benchmarks
   iputils-ping    # RTT probes
+  user-mode-linux # a 6.1 kernel with sch_netem, run as a process: the netem tests run in it
   ethtool         # offload settings on veths
   procps kmod     # ps, sysctl; modprobe where modules exist
   python3 python3-venv python3-dev gcc

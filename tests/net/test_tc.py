@@ -91,7 +91,7 @@ def test_check_netem_accepts_what_tc_reports_for_the_request():
 def test_real_tc_encodes_the_netem_request(tmp_path):
     """tc parses the options and sends them; without sch_netem only the kernel may refuse."""
     if kernel_has_netem():
-        pytest.skip("this kernel has netem: covered by test_netem_shaper_on_a_real_kernel")
+        pytest.skip("this kernel has netem: covered by tests/netem")
     ns = "tbtctest"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
