@@ -151,14 +151,7 @@ def _check_route(r: Route, q: dict, cls: dict, filters: set) -> list[tc.Mismatch
     p, m, out = r.profile, r.minor, []
     leaf = q.get(f"{m}00:", {})
     if needs_netem(p):
-        delay = (leaf.get("options", {}).get("delay") or {}).get("delay", -1) * 1000
-        if leaf.get("kind") != "netem" or abs(delay - p.one_way_delay_ms) > 0.001:
-            out.append(tc.Mismatch(f"to {r.peer}: netem delay (ms)", p.one_way_delay_ms,
-                                   f"{leaf.get('kind')} {delay:g}"))
-        if p.rate_mbit and not _rate_ok(q.get(f"{m}01:", {}).get("options", {}).get("rate"),
-                                        p.rate_mbit):
-            out.append(tc.Mismatch(f"to {r.peer}: tbf rate (Mbit/s)", p.rate_mbit,
-                                   q.get(f"{m}01:")))
+        out += tc.check_netem_leaf(p, leaf, q.get(f"{m}01:"), where=f"to {r.peer}: ")
     else:
         if not _rate_ok(cls.get(f"1:{m}", {}).get("rate"), p.rate_mbit):
             out.append(tc.Mismatch(f"to {r.peer}: htb rate (Mbit/s)", p.rate_mbit,

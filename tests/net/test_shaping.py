@@ -6,6 +6,7 @@ The netem shaper needs sch_netem, which this kernel lacks: tests/netem/ runs it 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 from testbed.errors import ShapingError
 from testbed.net.emulation import emulated_network
 from testbed.net.measure import rtt, throughput
+from testbed.net.shaping import shapers
+from testbed.net.steps import StepPlayer
 from testbed.net.topology import LinkProfile, Topology
 
 pytestmark = pytest.mark.root
@@ -122,8 +125,6 @@ def test_stopped_delay_line_releases_what_it_held(tmp_path):
 
 
 def test_steps_play_at_their_time(tmp_path):
-    from testbed.net.steps import StepPlayer
-
     topo = Topology(name="t", dcs=[{"name": "dca", "hosts": 1}, {"name": "dcb", "hosts": 1}],
                     links=[{"dcs": ["dca", "dcb"], "delay_ms": 5,
                             "steps": [{"at_s": 1.0, "delay_ms": 30}]}])
@@ -145,3 +146,45 @@ def test_intra_dc_rate_is_shaped_on_both_ends_of_host_links(tmp_path):
         a0, a1 = net.host("dca", 0), net.host("dca", 1)
         mbit = throughput(net, a0, a1, seconds=2)
     assert abs(mbit - 200) < 200 * RATE_SLACK, mbit
+
+
+def test_read_back_catches_a_changed_drop_probability(tmp_path):
+    with emulated_network(two_dc(delay_ms=1, loss_pct=30), shaper="delayline",
+                          workdir=tmp_path) as (net, sh):
+        d = sh.directions[0]
+        drop = next(r for r in d.rules if "DROP" in r)
+        changed = [x if x != "0.3" else "0.1" for x in drop]
+        net.run(d.end.router, ["iptables", "-w", "-R", "FORWARD", "1", *changed[1:]])
+        with pytest.raises(ShapingError, match="Bernoulli drop rule"):
+            sh.verify()
+
+
+def test_read_back_catches_a_delay_line_running_another_config(tmp_path):
+    with emulated_network(two_dc(delay_ms=5, jitter_ms=1), shaper="delayline",
+                          workdir=tmp_path) as (net, sh):
+        d = sh.directions[0]
+        loads = sh._stats(d)["config_loads"]
+        d.config.write_text('{"delay_ms": 5, "jitter_ms": 0}')  # behind the shaper's back
+        d.proc.send_signal(signal.SIGHUP)
+        sh._wait_reload(d, loads)
+        with pytest.raises(ShapingError, match="delay-line config in force"):
+            sh.verify()
+
+
+def test_a_step_whose_reload_times_out_fails_and_is_not_recorded(tmp_path, monkeypatch):
+    monkeypatch.setattr(shapers, "DELAYLINE_START_TIMEOUT_S", 1.0)
+    topo = Topology(name="t", dcs=[{"name": "dca", "hosts": 1}, {"name": "dcb", "hosts": 1}],
+                    links=[{"dcs": ["dca", "dcb"], "delay_ms": 5,
+                            "steps": [{"at_s": 0.1, "delay_ms": 30}]}])
+    with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
+        frozen = sh.directions[0].proc
+        frozen.send_signal(signal.SIGSTOP)  # alive, but never reloads
+        try:
+            player = StepPlayer(sh, net.links)
+            player.start()
+            with pytest.raises(ShapingError, match="did not load its new config within 1 s"):
+                time.sleep(0.1 + 1.5)
+                player.stop()
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+    assert player.applied == []

@@ -13,11 +13,12 @@ import time
 
 import pytest
 
+from testbed.errors import ShapingError
 from testbed.net.emulation import emulated_network
 from testbed.net.measure import rtt
 from testbed.net.shaping import tc
 from testbed.net.steps import StepPlayer
-from testbed.net.topology import LinkProfile, Topology
+from testbed.net.topology import GilbertElliott, LinkProfile, Topology
 from testbed.remote import shaping as remote
 
 pytestmark = [pytest.mark.root, pytest.mark.netem]
@@ -66,6 +67,32 @@ def test_netem_shaper_builds_two_dcs_reads_back_and_gives_the_rtt(tmp_path):
         rtt(net, *_ends(net), count=3)  # ARP and first-packet costs out of the measurement
         median, _ = rtt(net, *_ends(net), count=20)
     _assert_rtt(median, 20.0)
+
+
+def test_netem_read_back_covers_jitter_loss_model_limit_and_queue(tmp_path):
+    topo = two_dc(delay_ms=8, jitter_ms=1, jitter_distribution="pareto", loss_pct=0.5,
+                  rate_mbit=50, queue={"packets": 120})
+    with emulated_network(topo, shaper="netem", workdir=tmp_path) as (net, sh):
+        end = net.link_ends[0]
+        p = end.link.a_to_b
+        tamper = {"netem jitter": ["tc", "qdisc", "change", "dev", end.iface, "root", "handle",
+                                   "1:", "netem", *tc.netem_args(p.merged(
+                                       LinkProfile(jitter_ms=3)))],
+                  "netem loss": ["tc", "qdisc", "change", "dev", end.iface, "root", "handle",
+                                 "1:", "netem", *tc.netem_args(p.merged(
+                                     LinkProfile(loss_pct=2)))],
+                  "tbf limit": ["tc", "qdisc", "change", "dev", end.iface, "parent", "1:1",
+                                "handle", "10:", "tbf", "rate", "50mbit", "burst",
+                                str(tc.burst_bytes(50)), "limit", "3000"]}
+        for what, argv in tamper.items():
+            net.run(end.router, argv)
+            with pytest.raises(ShapingError, match=what):
+                sh.verify()
+            sh.update(end.link.index, end.link.a_to_b, end.link.b_to_a)  # put it right
+        ge = p.merged(LinkProfile(loss_model="gilbert_elliott", gilbert_elliott=GilbertElliott(
+            p_pct=1, r_pct=20, loss_bad_pct=50, loss_good_pct=0.1)))
+        sh.update(end.link.index, ge, ge)  # verifies the gemodel's four parameters
+        assert _root_netem(net, end)["options"]["loss-gemodel"]["1-k"] == pytest.approx(0.999)
 
 
 def test_time_varying_step_is_applied_and_read_back(tmp_path):

@@ -258,8 +258,19 @@ class DelayLineShaper(Shaper):
         loads = self._stats(d).get("config_loads", 0)
         self._write_config(d)
         d.proc.send_signal(signal.SIGHUP)
+        self._wait_reload(d, loads)
+
+    def _wait_reload(self, d: Direction, loads: int) -> None:
+        """Wait for the delay line to report a load after ``loads``. Raises ShapingError when
+        it exits first or takes over DELAYLINE_START_TIMEOUT_S (the step is then not applied)."""
         deadline = time.monotonic() + DELAYLINE_START_TIMEOUT_S
-        while self._stats(d).get("config_loads", 0) <= loads and time.monotonic() < deadline:
+        while self._stats(d).get("config_loads", 0) <= loads:
+            if d.proc.poll() is not None:
+                raise ShapingError(f"delay line {d.label} exited ({d.proc.returncode}) before "
+                                   "loading its new config")
+            if time.monotonic() > deadline:
+                raise ShapingError(f"delay line {d.label} did not load its new config within "
+                                   f"{DELAYLINE_START_TIMEOUT_S:g} s")
             time.sleep(0.01)
 
     @staticmethod
@@ -272,11 +283,13 @@ class DelayLineShaper(Shaper):
     def _check(self, d: Direction) -> list:
         out = self._check_dev(d.end.router, d.end.iface, d.profile)
         rules = self.net.run(d.end.router, ["iptables", "-w", "-S", "FORWARD"]).stdout
-        if f"-o {d.end.iface} " not in rules or f"--queue-num {d.queue}" not in rules:
-            out.append(tc.Mismatch("NFQUEUE rule", f"-o {d.end.iface} queue {d.queue}", rules))
+        out += check_rules(rules, d.end.iface, self.net.tag, d.queue, d.profile)
         if d.proc is not None and d.proc.poll() is not None:
             out.append(tc.Mismatch("delay-line process", "running",
                                    f"exited {d.proc.returncode}"))
+        loaded = self._stats(d).get("config")
+        if loaded != self._config(d):
+            out.append(tc.Mismatch("delay-line config in force", self._config(d), loaded))
         bound = queue_table(self.net, d.end.router).get(d.queue)
         if bound is None:
             out.append(tc.Mismatch("NFQUEUE", f"queue {d.queue} bound", "not bound"))
@@ -300,6 +313,35 @@ class DelayLineShaper(Shaper):
         for d in self.directions:
             if d.proc is not None:
                 d.proc.wait()
+
+
+# iptables keeps the statistic match's probability as a 31-bit fraction and prints it with 11
+# digits (0.3 → 0.30000000009).
+PROBABILITY_TOL = 1e-8
+
+
+def check_rules(rules: str, iface: str, tag: str, queue: int,
+                p: LinkProfile) -> list[tc.Mismatch]:
+    """Compare one direction's FORWARD rules (``iptables -S FORWARD`` text) with the profile:
+    a Bernoulli DROP with the loss probability exactly when Bernoulli loss is asked for, placed
+    before one NFQUEUE rule to ``queue``."""
+    mine = [r.split() for r in rules.splitlines()
+            if f" -o {iface} " in f" {r} " and f"--comment {tag}" in r]
+    drops = [i for i, r in enumerate(mine) if r[-2:] == ["-j", "DROP"]]
+    queues = [i for i, r in enumerate(mine) if "NFQUEUE" in r]
+    out = []
+    if len(queues) != 1 or mine[queues[0]][mine[queues[0]].index("--queue-num") + 1] != str(queue):
+        out.append(tc.Mismatch("NFQUEUE rule", f"one, -o {iface} queue {queue}",
+                               [" ".join(mine[i]) for i in queues] or "none"))
+    want = p.loss_pct / 100 if p.loss_model == "bernoulli" and p.loss_pct > 0 else None
+    got = [float(mine[i][mine[i].index("--probability") + 1]) for i in drops
+           if "--probability" in mine[i]]
+    if (want is None and drops) or (want is not None and (
+            len(got) != 1 or len(drops) != 1 or abs(got[0] - want) > PROBABILITY_TOL
+            or (queues and drops[0] > queues[0]))):
+        out.append(tc.Mismatch("Bernoulli drop rule (probability, before the NFQUEUE rule)",
+                               want, [" ".join(mine[i]) for i in drops] or "none"))
+    return out
 
 
 def queue_table(net: Network, node) -> dict[int, dict]:
