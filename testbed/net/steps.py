@@ -69,8 +69,11 @@ class StepPlayer:
                      fwd.one_way_delay_ms, fwd.rate_mbit)
 
     def stop(self) -> None:
+        """End the player; raises ShapingError for a step that failed (once: a second call
+        returns quietly)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        if self.error is not None:
-            raise ShapingError(f"a time-varying step failed: {self.error}")
+        err, self.error = self.error, None
+        if err is not None:
+            raise ShapingError(f"a time-varying step failed: {err}")

@@ -25,7 +25,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from testbed.errors import CommandError, ShapingError
+from testbed.errors import CommandError, ShapingError, TestbedError
 from testbed.net.shaping import tc
 from testbed.net.topology import LinkProfile
 from testbed.remote import ssh
@@ -193,8 +193,11 @@ class RemoteShaper:
         try:
             self._each("shaping", self._shape)
             self.verify()
-        except BaseException:
-            self.stop()
+        except BaseException as e:
+            try:
+                self.stop()
+            except TestbedError as undo:  # keep the first cause; say what was left behind
+                e.add_note(f"and removing the shaping failed: {undo}")
             raise
         return self
 
@@ -272,20 +275,35 @@ class RemoteShaper:
             self._shape(hs, self.lab.conns[hs.host.name])
         self.verify()
 
-    def drops(self) -> int:
-        return 0
+    def check_alive(self) -> None:
+        """Nothing to poll: kernel qdiscs only; ``verify`` re-reads them after the run."""
+
+    def drops(self) -> int | None:
+        """None: nothing here measures the emulator's own drops apart from the others."""
+        return None
 
     def queue_drops(self) -> int:
-        """Packets dropped by the shaped queues (bfifo or tbf leaves), all hosts."""
+        """Packets each destination's leaf dropped, all hosts: the ``m00:`` qdisc, a bfifo
+        (congestion) or a netem (its loss, its limit, and its tbf child's drops, which netem
+        counts again, so no child is added)."""
         got = self._each("reading drops", lambda hs, c: sum(
             int(q.get("drops", 0)) for q in self._read(hs, c)[0]
-            if q.get("handle", "").endswith(("00:", "01:")) and q.get("kind") != "netem"))
+            if q.get("handle", "").endswith("00:")))
         return sum(got.values())
 
     def _remove(self, hs: HostShaping, conn) -> None:
+        """Delete the NIC's root qdisc (ours: htb) and check it is gone. Raises ShapingError
+        when it stays: the lab NIC would otherwise stay throttled."""
         if hs.applied and self._root(hs, conn) == "htb":
-            ssh.run(conn, hs.host, tc.delete_root_argv(hs.host.iface), privileged=True,
-                    check=False)
+            try:
+                ssh.run(conn, hs.host, tc.delete_root_argv(hs.host.iface), privileged=True)
+            except CommandError as e:
+                raise ShapingError(f"{hs.host.name}: could not remove the shaping of "
+                                   f"{hs.host.iface} (it stays throttled): "
+                                   f"{e.output.strip()}") from None
+            if self._root(hs, conn) == "htb":
+                raise ShapingError(f"{hs.host.name}: {hs.host.iface} still has testbed's htb "
+                                   "root after deleting it")
         hs.applied = False
 
     def stop(self) -> None:

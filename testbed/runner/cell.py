@@ -100,7 +100,9 @@ class CellRunner:
                 row.update(link_columns(link, measured[link.name]))
             procs = self._launch(net, cell, slots, cell_dir, stack)
             player = netops.start_steps(shaper, links, stack)
-            netops.watch_workers(procs, exp.timeout_s, cell_dir)
+            netops.watch_workers(procs, exp.timeout_s, cell_dir, check=shaper.check_alive)
+            player.stop()  # no step half-applied while shaping is read back
+            shaper.verify()  # still as set at the end of the run (issue 16)
             row["delayline_drops"] = shaper.drops()
             row["queue_drops"] = shaper.queue_drops()
             _write_json(cell_dir / "steps.json", player.applied)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 from testbed.errors import WorkerError
 from testbed.traceformat import read_trace, trace_path
@@ -50,12 +51,16 @@ def _ended_at(cell_dir: Path, rank: int) -> float:
     return ends[-1] if ends else float("inf")
 
 
-def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir: Path) -> None:
+def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir: Path,
+                  check: Callable[[], None] | None = None) -> None:
     """Wait for every worker. A failure or the timeout stops the rest (none outlives the call)
-    and raises WorkerError naming the rank that failed first and its last log lines."""
+    and raises WorkerError naming the rank that failed first and its last log lines. ``check``
+    is called every poll; what it raises (e.g. a dead delay line) stops the workers too."""
     deadline = time.monotonic() + timeout_s
     try:
         while any(p.poll() is None for p in procs.values()):
+            if check is not None:
+                check()
             if any(p.poll() not in (None, 0) for p in procs.values()):
                 break
             if time.monotonic() > deadline:

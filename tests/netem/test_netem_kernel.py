@@ -177,3 +177,22 @@ def test_remote_netem_leaf_on_a_real_nic(lab_nic):
     assert any("dcb" in m.what for m in remote.check(routes, *_remote_read(lab_nic)))
     subprocess.run(lab_nic + tc.delete_root_argv("eth0"), check=True)
     assert remote.check(routes, *_remote_read(lab_nic)) != []
+
+
+def test_netem_reports_its_drop_counters_and_no_emulator_drops(tmp_path):
+    """netem's counter holds its configured loss and its tbf child's queue drops (netem counts
+    a child's drop again): queue_drops reports it; drops() (the emulator's own) is empty."""
+    topo = two_dc(delay_ms=1, loss_pct=20, rate_mbit=1, queue={"bytes": 3000})
+    with emulated_network(topo, shaper="netem", workdir=tmp_path) as (net, sh):
+        a, b = _ends(net)
+        # a burst of 60 × 1.4 KB at once: far more than 3000 bytes of queue at 1 Mbit/s
+        net.run(a, ["ping", "-n", "-q", "-c", "60", "-l", "60", "-s", "1400", "-W", "1",
+                    str(b.ip)], check=False, timeout=60)
+        counters = {}
+        for end in net.link_ends:
+            q = tc.parse_json(net.run(end.router, tc.SHOW_QDISC + [end.iface]).stdout)
+            counters[end.router.dc] = (tc.drops(q, "1:"), tc.drops(q, "10:"))
+        assert sh.drops() is None
+        assert sh.queue_drops() == sum(root for root, _ in counters.values())
+    netem_a, tbf_a = counters["dca"]
+    assert tbf_a > 0 and netem_a > tbf_a, counters  # the queue overflowed, and loss on top

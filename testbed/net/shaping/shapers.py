@@ -79,6 +79,7 @@ class Shaper:
     workdir: Path
     directions: list[Direction] = field(default_factory=list)
     name = "base"
+    drops_handle = "10:"  # the qdisc whose drop counter queue_drops reports
 
     def apply(self) -> "Shaper":
         """Shape every inter-DC direction and every host link, then read all of it back.
@@ -109,16 +110,22 @@ class Shaper:
                 if bad:
                     raise ShapingError(f"{d.label} after step: " + "; ".join(map(str, bad)))
 
-    def drops(self) -> int:
-        """Packets dropped by the emulator itself (not by configured loss or the queue)."""
-        return 0
+    def check_alive(self) -> None:
+        """Cheap check, polled while workers run: raises ShapingError naming the link direction
+        whose shaping died (a delay-line process). Nothing to poll for kernel-only shaping;
+        ``verify`` re-reads everything once the workers are done."""
+
+    def drops(self) -> int | None:
+        """Packets dropped by the emulator itself (not by configured loss or the queue); None
+        where nothing measures that apart from other drops (netem: see ``queue_drops``)."""
+        return None
 
     def queue_drops(self) -> int:
-        """Packets the bottleneck queues dropped (congestion), summed over directions."""
+        """Packets the shaping qdiscs dropped, summed over directions (see ``QUEUE_DROPS``)."""
         total = 0
         for d in self.directions:
             q, _ = _qdiscs(self.net, d.end.router, d.end.iface)
-            total += tc.drops(q)
+            total += tc.drops(q, self.drops_handle)
         return total
 
     def stop(self) -> None:
@@ -161,7 +168,12 @@ class Shaper:
 
 
 class NetemShaper(Shaper):
+    """``queue_drops`` is netem's own counter (``1:``): its configured loss, its limit
+    overflowing, and every drop of its tbf child (netem counts a child's drop again), so it is
+    each direction's total; tbf's share alone is in its own counter (``10:``)."""
+
     name = "netem"
+    drops_handle = "1:"
 
     def _shape(self, d: Direction) -> None:
         _run_all(self.net, d.end.router, tc.netem_argvs(d.end.iface, d.profile))
@@ -181,7 +193,16 @@ class NetemShaper(Shaper):
 
 
 class DelayLineShaper(Shaper):
+    """``queue_drops`` is the bfifo leaf's counter (``10:``: congestion at the rate limit);
+    Bernoulli loss is dropped by iptables and the delay line's own drops are ``drops``."""
+
     name = "delayline"
+
+    def check_alive(self) -> None:
+        dead = [f"{d.label} (link {d.end.link.name}, exit {d.proc.returncode})"
+                for d in self.directions if d.proc is not None and d.proc.poll() is not None]
+        if dead:
+            raise ShapingError("delay line died during the run: " + ", ".join(dead))
 
     def _check_intra(self) -> None:
         for dc in self.net.topology.dcs:

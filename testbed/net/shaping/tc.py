@@ -237,5 +237,5 @@ def parse_json(text: str) -> list[dict]:
 
 
 def drops(qdiscs: list[dict], handle: str = "10:") -> int:
-    """Packets the bottleneck queue dropped (its ``-s`` statistics)."""
+    """Packets the qdisc ``handle`` dropped (its ``-s`` statistics; 0 when it is absent)."""
     return int(_by_handle(qdiscs).get(handle, {}).get("drops", 0))
