@@ -74,8 +74,9 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _table(name: str, results, drops: int) -> Table:
-    t = Table(title=f"{name}: configured vs measured (emulator drops: {drops})")
+def _table(name: str, results, drops: int | None) -> Table:
+    shown = "not measured by this shaper" if drops is None else drops
+    t = Table(title=f"{name}: configured vs measured (emulator drops: {shown})")
     for col in ("link", "RTT conf ms", "RTT median ms", "RTT p99 ms", "error ms",
                 "rate conf Mbit/s", "TCP Mbit/s", "share"):
         t.add_column(col, justify="right")

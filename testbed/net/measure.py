@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from testbed.errors import CommandError, NetworkError
+from testbed.errors import NetworkError
 from testbed.net.backends.base import Network, Node
 from testbed.net.topology import ResolvedLink
 

@@ -35,6 +35,14 @@ log = logging.getLogger(__name__)
 DEFAULT_ROOTS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo", "bfifo", "sfq",
                  "cake", "multiq"}
 FILTER_PRIO = "1"
+# Reading back needs no root, but a non-root login's PATH lacks /usr/sbin (Debian, Ubuntu):
+# reads name tc by the path the sshaccess role's sudo rule names too.
+TC_PATH = "/usr/sbin/tc"
+
+
+def read_argv(argv: list[str]) -> list[str]:
+    """A ``tc … show`` argv with tc by its full path."""
+    return [TC_PATH, *argv[1:]]
 RATE_TOLERANCE = 0.01  # tc stores rates in bytes/s, rounded
 
 
@@ -105,6 +113,7 @@ def host_argvs(dev: str, routes: list[Route]) -> list[list[str]]:
     return out
 
 
+SHOW_FILTER = ["tc", "filter", "show", "dev"]
 _FLOWID_RE = re.compile(r"\bflowid (\S+)")
 _MATCH_RE = re.compile(r"^match ([0-9a-f]{8})/([0-9a-f]{8}) at 16$")
 
@@ -164,6 +173,15 @@ def _check_route(r: Route, q: dict, cls: dict, filters: set) -> list[tc.Mismatch
         if (f"1:{m}", str(net)) not in filters:
             out.append(tc.Mismatch(f"to {r.peer}: filter", f"dst {net} → 1:{m}", "missing"))
     return out
+
+
+def read_nic(conn, host) -> tuple[list[dict], list[dict], set]:
+    """A host NIC's qdiscs, htb classes and u32 filters, read without privileges."""
+    dev = host.iface
+    q = tc.parse_json(ssh.run(conn, host, read_argv(tc.SHOW_QDISC + [dev])).stdout)
+    c = tc.parse_classes(ssh.run(conn, host, read_argv(tc.SHOW_CLASS + [dev])).stdout)
+    f = parse_u32(ssh.run(conn, host, read_argv(SHOW_FILTER + [dev])).stdout)
+    return q, c, f
 
 
 @dataclass
@@ -238,16 +256,13 @@ class RemoteShaper:
                                    f"{e.output.strip()}") from None
 
     def _root(self, hs: HostShaping, conn) -> str:
-        qd = tc.parse_json(ssh.run(conn, hs.host, tc.SHOW_QDISC + [hs.host.iface]).stdout)
+        qd = tc.parse_json(ssh.run(conn, hs.host,
+                                   read_argv(tc.SHOW_QDISC + [hs.host.iface])).stdout)
         root = next((q for q in qd if q.get("root")), {})
         return root.get("kind", "noqueue")
 
     def _read(self, hs: HostShaping, conn) -> tuple[list[dict], list[dict], set]:
-        dev = hs.host.iface
-        q = tc.parse_json(ssh.run(conn, hs.host, tc.SHOW_QDISC + [dev]).stdout)
-        c = tc.parse_classes(ssh.run(conn, hs.host, tc.SHOW_CLASS + [dev]).stdout)
-        f = parse_u32(ssh.run(conn, hs.host, ["tc", "filter", "show", "dev", dev]).stdout)
-        return q, c, f
+        return read_nic(conn, hs.host)
 
     def verify(self) -> None:
         """Read every host's NIC back; ShapingError naming every difference."""

@@ -12,7 +12,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -22,6 +21,7 @@ from testbed.net.measure import rtt, throughput
 from testbed.net.shaping import shapers
 from testbed.net.steps import StepPlayer
 from testbed.net.topology import LinkProfile, Topology
+from twodc import ends, two_dc
 
 pytestmark = pytest.mark.root
 
@@ -33,18 +33,9 @@ RTT_SLACK_MS = 1.5
 RATE_SLACK = 0.15
 
 
-def two_dc(**inter_dc) -> Topology:
-    return Topology(name="t", dcs=[{"name": "dca", "hosts": 1}, {"name": "dcb", "hosts": 1}],
-                    inter_dc=LinkProfile(**inter_dc))
-
-
-def _ends(net):
-    return net.host("dca", 0), net.host("dcb", 0)
-
-
 def test_delay_line_gives_the_configured_rtt(tmp_path):
     with emulated_network(two_dc(delay_ms=15), shaper="delayline", workdir=tmp_path) as (net, sh):
-        median, _ = rtt(net, *_ends(net), count=30)
+        median, _ = rtt(net, *ends(net), count=30)
         assert abs(median - 30) < RTT_SLACK_MS, median
         assert sh.drops() == 0
 
@@ -52,17 +43,17 @@ def test_delay_line_gives_the_configured_rtt(tmp_path):
 def test_rate_is_shaped_by_htb_behind_the_delay_line(tmp_path):
     topo = two_dc(delay_ms=5, rate_mbit=100)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
-        mbit = throughput(net, *_ends(net), seconds=2)
+        mbit = throughput(net, *ends(net), seconds=2)
         assert abs(mbit - 100) < 100 * RATE_SLACK, mbit
 
 
 def test_step_changes_rtt_while_running(tmp_path):
     topo = two_dc(delay_ms=5)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
-        before, _ = rtt(net, *_ends(net), count=10)
+        before, _ = rtt(net, *ends(net), count=10)
         link = net.links[0]
         sh.update(link.index, LinkProfile(delay_ms=25), LinkProfile(delay_ms=25))
-        after, _ = rtt(net, *_ends(net), count=10)
+        after, _ = rtt(net, *ends(net), count=10)
     assert abs(before - 10) < RTT_SLACK_MS and abs(after - 50) < RTT_SLACK_MS, (before, after)
 
 
@@ -71,14 +62,14 @@ def test_step_changes_rate_and_queue_in_place(tmp_path):
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
         new = LinkProfile(delay_ms=20, rate_mbit=50)
         sh.update(net.links[0].index, new, new)  # verifies rate, the BDP-sized queue and rules
-        mbit = throughput(net, *_ends(net), seconds=2)
+        mbit = throughput(net, *ends(net), seconds=2)
     assert abs(mbit - 50) < 50 * RATE_SLACK, mbit
 
 
 def test_bernoulli_loss_drops_about_the_configured_share(tmp_path):
     topo = two_dc(delay_ms=1, loss_pct=30)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
-        a, b = _ends(net)
+        a, b = ends(net)
         res = net.run(a, ["ping", "-n", "-c", "300", "-i", "0.002", "-W", "1", str(b.ip)],
                       check=False)
     lost = float(re.search(r"([0-9.]+)% packet loss", res.stdout).group(1))
@@ -116,7 +107,7 @@ def test_intra_dc_delay_is_refused_by_the_delay_line(tmp_path, netns_list):
 
 def test_stopped_delay_line_releases_what_it_held(tmp_path):
     with emulated_network(two_dc(delay_ms=200), shaper="delayline", workdir=tmp_path) as (net, sh):
-        a, b = _ends(net)
+        a, b = ends(net)
         ping = net.popen(a, ["ping", "-n", "-c", "1", "-W", "3", str(b.ip)],
                          stdout=subprocess.PIPE, text=True)
         time.sleep(0.05)  # the echo request is now held in a→b
@@ -134,9 +125,9 @@ def test_steps_play_at_their_time(tmp_path):
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
         player = StepPlayer(sh, net.links)
         player.start()
-        before, _ = rtt(net, *_ends(net), count=10)  # ~0.2 s of pings, well before 1 s
+        before, _ = rtt(net, *ends(net), count=10)  # ~0.2 s of pings, well before 1 s
         time.sleep(1.2)
-        after, _ = rtt(net, *_ends(net), count=10)
+        after, _ = rtt(net, *ends(net), count=10)
         player.stop()
     assert abs(before - 10) < RTT_SLACK_MS and abs(after - 60) < RTT_SLACK_MS, (before, after)
     assert player.applied and player.applied[0]["applied_s"] >= 1.0
@@ -219,7 +210,7 @@ def test_jitter_on_real_packets_spreads_delays_but_never_reorders(tmp_path):
     echo RTTs of sparse pings spread as the jitter says (both directions jittered)."""
     with emulated_network(two_dc(delay_ms=10, jitter_ms=4), shaper="delayline",
                           workdir=tmp_path) as (net, sh):
-        a, b = _ends(net)
+        a, b = ends(net)
         rx = net.popen(b, [sys.executable, "-c", UDP_RECEIVER], stdout=subprocess.PIPE,
                        text=True)
         assert rx.stdout.readline().strip() == "ready"

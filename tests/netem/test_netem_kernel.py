@@ -20,6 +20,7 @@ from testbed.net.shaping import tc
 from testbed.net.steps import StepPlayer
 from testbed.net.topology import GilbertElliott, LinkProfile, Topology
 from testbed.remote import shaping as remote
+from twodc import ends, two_dc
 
 pytestmark = [pytest.mark.root, pytest.mark.netem]
 
@@ -34,15 +35,6 @@ UML_RTT_SLACK_MS = 4.0
 # guest kernel), and the RTT probe's Python starts at the same moment: steps landed 0.3–1.7 s
 # after their planned time here on a busy 2-core host. Lateness is recorded in `applied_s`.
 STEP_LATENESS_S = 5.0
-
-
-def two_dc(**inter_dc) -> Topology:
-    return Topology(name="t", dcs=[{"name": "dca", "hosts": 1}, {"name": "dcb", "hosts": 1}],
-                    inter_dc=LinkProfile(**inter_dc))
-
-
-def _ends(net):
-    return net.host("dca", 0), net.host("dcb", 0)
 
 
 def _root_netem(net, end) -> dict:
@@ -64,8 +56,8 @@ def test_netem_shaper_builds_two_dcs_reads_back_and_gives_the_rtt(tmp_path):
             tbf = next(x for x in q if x.get("handle") == "10:")
             assert root["kind"] == "netem" and root["options"]["delay"]["delay"] == 0.010
             assert tbf["kind"] == "tbf" and tbf["options"]["rate"] == 100e6 / 8
-        rtt(net, *_ends(net), count=3)  # ARP and first-packet costs out of the measurement
-        median, _ = rtt(net, *_ends(net), count=20)
+        rtt(net, *ends(net), count=3)  # ARP and first-packet costs out of the measurement
+        median, _ = rtt(net, *ends(net), count=20)
     _assert_rtt(median, 20.0)
 
 
@@ -102,11 +94,11 @@ def test_time_varying_step_is_applied_and_read_back(tmp_path):
     with emulated_network(topo, shaper="netem", workdir=tmp_path) as (net, sh):
         player = StepPlayer(sh, net.links)
         player.start()
-        before, _ = rtt(net, *_ends(net), count=10)
+        before, _ = rtt(net, *ends(net), count=10)
         deadline = time.monotonic() + 1.5 + STEP_LATENESS_S
         while not player.applied and time.monotonic() < deadline:
             time.sleep(0.05)
-        after, _ = rtt(net, *_ends(net), count=10)
+        after, _ = rtt(net, *ends(net), count=10)
         delays = [_root_netem(net, e)["options"]["delay"]["delay"] for e in net.link_ends]
         player.stop()
     assert player.applied and 1.5 <= player.applied[0]["applied_s"] <= 1.5 + STEP_LATENESS_S
@@ -184,7 +176,7 @@ def test_netem_reports_its_drop_counters_and_no_emulator_drops(tmp_path):
     a child's drop again): queue_drops reports it; drops() (the emulator's own) is empty."""
     topo = two_dc(delay_ms=1, loss_pct=20, rate_mbit=1, queue={"bytes": 3000})
     with emulated_network(topo, shaper="netem", workdir=tmp_path) as (net, sh):
-        a, b = _ends(net)
+        a, b = ends(net)
         # a burst of 60 × 1.4 KB at once: far more than 3000 bytes of queue at 1 Mbit/s
         net.run(a, ["ping", "-n", "-q", "-c", "60", "-l", "60", "-s", "1400", "-W", "1",
                     str(b.ip)], check=False, timeout=60)
