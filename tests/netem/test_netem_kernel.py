@@ -171,6 +171,15 @@ def test_remote_netem_leaf_on_a_real_nic(lab_nic):
     assert remote.check(routes, *_remote_read(lab_nic)) != []
 
 
+def _drop_counters(net) -> dict[str, tuple[int, int]]:
+    """Per sending DC: (netem's drops, tbf's drops)."""
+    out = {}
+    for end in net.link_ends:
+        q = tc.parse_json(net.run(end.router, tc.SHOW_QDISC + [end.iface]).stdout)
+        out[end.router.dc] = (tc.drops(q, "1:"), tc.drops(q, "10:"))
+    return out
+
+
 def test_netem_reports_its_drop_counters_and_no_emulator_drops(tmp_path):
     """netem's counter holds its configured loss and its tbf child's queue drops (netem counts
     a child's drop again): queue_drops reports it; drops() (the emulator's own) is empty."""
@@ -180,11 +189,11 @@ def test_netem_reports_its_drop_counters_and_no_emulator_drops(tmp_path):
         # a burst of 60 × 1.4 KB at once: far more than 3000 bytes of queue at 1 Mbit/s
         net.run(a, ["ping", "-n", "-q", "-c", "60", "-l", "60", "-s", "1400", "-W", "1",
                     str(b.ip)], check=False, timeout=60)
-        counters = {}
-        for end in net.link_ends:
-            q = tc.parse_json(net.run(end.router, tc.SHOW_QDISC + [end.iface]).stdout)
-            counters[end.router.dc] = (tc.drops(q, "1:"), tc.drops(q, "10:"))
+        before = _drop_counters(net)
+        reported = sh.queue_drops()
+        after = _drop_counters(net)  # IPv6 neighbour traffic meets the 20 % loss at any time
         assert sh.drops() is None
-        assert sh.queue_drops() == sum(root for root, _ in counters.values())
-    netem_a, tbf_a = counters["dca"]
-    assert tbf_a > 0 and netem_a > tbf_a, counters  # the queue overflowed, and loss on top
+    assert (sum(root for root, _ in before.values()) <= reported
+            <= sum(root for root, _ in after.values())), (before, reported, after)
+    netem_a, tbf_a = before["dca"]
+    assert tbf_a > 0 and netem_a > tbf_a, before  # the queue overflowed, and loss on top
