@@ -13,3 +13,10 @@ def two_dc(**inter_dc) -> Topology:
 def ends(net):
     """Host 0 of each DC: the traffic between them crosses the inter-DC link."""
     return net.host("dca", 0), net.host("dcb", 0)
+
+
+def two_dc_stepping(delay_ms: float, at_s: float, to_delay_ms: float) -> Topology:
+    """Two DCs whose link starts at ``delay_ms`` and steps to ``to_delay_ms`` at ``at_s``."""
+    return Topology(name="t", dcs=[{"name": "dca", "hosts": 1}, {"name": "dcb", "hosts": 1}],
+                    links=[{"dcs": ["dca", "dcb"], "delay_ms": delay_ms,
+                            "steps": [{"at_s": at_s, "delay_ms": to_delay_ms}]}])

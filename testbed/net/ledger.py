@@ -179,8 +179,7 @@ def destroy(ledger: Ledger) -> None:
     (its file is kept), so ``clean`` tries them again."""
     own = [pid for pid, start in ledger.processes if proc_start_time(pid) == start]
     stop_pids(own)
-    ledger.processes = [[p, s] for p, s in ledger.processes if pid_alive(p)
-                        and proc_start_time(p) == s]
+    alive = [[p, s] for p, s in ledger.processes if pid_alive(p) and proc_start_time(p) == s]
     extra = [ns for ns in tagged_namespaces()  # made but not written down when the builder died
              if tag_of(ns) == ledger.tag and ns not in ledger.namespaces]
     ns_why = {ns: why for ns in reversed(ledger.namespaces + extra)
@@ -188,10 +187,11 @@ def destroy(ledger: Ledger) -> None:
     link_why = {link: why for link in reversed(ledger.root_links)
                 if (why := delete_root_link(link))}
     failures = [*ns_why.values(), *link_why.values(),
-                *(f"process {p}: still running after SIGKILL" for p, _ in ledger.processes)]
+                *(f"process {p}: still running after SIGKILL" for p, _ in alive)]
     if not failures:
         ledger.remove_file()
         return
+    ledger.processes = alive
     ledger.namespaces = [ns for ns in ledger.namespaces + extra if ns in ns_why]
     ledger.root_links = [link for link in ledger.root_links if link in link_why]
     ledger.save()

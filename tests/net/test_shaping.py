@@ -21,7 +21,7 @@ from testbed.net.measure import rtt, throughput
 from testbed.net.shaping import shapers
 from testbed.net.steps import StepPlayer
 from testbed.net.topology import LinkProfile, Topology
-from twodc import ends, two_dc
+from twodc import ends, two_dc, two_dc_stepping
 
 pytestmark = pytest.mark.root
 
@@ -119,9 +119,7 @@ def test_stopped_delay_line_releases_what_it_held(tmp_path):
 
 
 def test_steps_play_at_their_time(tmp_path):
-    topo = Topology(name="t", dcs=[{"name": "dca", "hosts": 1}, {"name": "dcb", "hosts": 1}],
-                    links=[{"dcs": ["dca", "dcb"], "delay_ms": 5,
-                            "steps": [{"at_s": 1.0, "delay_ms": 30}]}])
+    topo = two_dc_stepping(5, at_s=1.0, to_delay_ms=30)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
         player = StepPlayer(sh, net.links)
         player.start()
@@ -167,9 +165,7 @@ def test_read_back_catches_a_delay_line_running_another_config(tmp_path):
 
 def test_a_step_whose_reload_times_out_fails_and_is_not_recorded(tmp_path, monkeypatch):
     monkeypatch.setattr(shapers, "DELAYLINE_START_TIMEOUT_S", 1.0)
-    topo = Topology(name="t", dcs=[{"name": "dca", "hosts": 1}, {"name": "dcb", "hosts": 1}],
-                    links=[{"dcs": ["dca", "dcb"], "delay_ms": 5,
-                            "steps": [{"at_s": 0.1, "delay_ms": 30}]}])
+    topo = two_dc_stepping(5, at_s=0.1, to_delay_ms=30)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
         frozen = sh.directions[0].proc
         frozen.send_signal(signal.SIGSTOP)  # alive, but never reloads

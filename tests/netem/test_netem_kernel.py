@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -18,9 +19,9 @@ from testbed.net.emulation import emulated_network
 from testbed.net.measure import rtt
 from testbed.net.shaping import tc
 from testbed.net.steps import StepPlayer
-from testbed.net.topology import GilbertElliott, LinkProfile, Topology
+from testbed.net.topology import GilbertElliott, LinkProfile
 from testbed.remote import shaping as remote
-from twodc import ends, two_dc
+from twodc import ends, two_dc, two_dc_stepping
 
 pytestmark = [pytest.mark.root, pytest.mark.netem]
 
@@ -88,9 +89,7 @@ def test_netem_read_back_covers_jitter_loss_model_limit_and_queue(tmp_path):
 
 
 def test_time_varying_step_is_applied_and_read_back(tmp_path):
-    topo = Topology(name="t", dcs=[{"name": "dca", "hosts": 1}, {"name": "dcb", "hosts": 1}],
-                    links=[{"dcs": ["dca", "dcb"], "delay_ms": 5,
-                            "steps": [{"at_s": 1.5, "delay_ms": 20}]}])
+    topo = two_dc_stepping(5, at_s=1.5, to_delay_ms=20)
     with emulated_network(topo, shaper="netem", workdir=tmp_path) as (net, sh):
         player = StepPlayer(sh, net.links)
         player.start()
@@ -171,6 +170,14 @@ def test_remote_netem_leaf_on_a_real_nic(lab_nic):
     assert remote.check(routes, *_remote_read(lab_nic)) != []
 
 
+UDP_BURST = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(300):
+    s.sendto(b"x" * 1400, (sys.argv[1], 9))
+"""
+
+
 def _drop_counters(net) -> dict[str, tuple[int, int]]:
     """Per sending DC: (netem's drops, tbf's drops)."""
     out = {}
@@ -186,9 +193,11 @@ def test_netem_reports_its_drop_counters_and_no_emulator_drops(tmp_path):
     topo = two_dc(delay_ms=1, loss_pct=20, rate_mbit=1, queue={"bytes": 3000})
     with emulated_network(topo, shaper="netem", workdir=tmp_path) as (net, sh):
         a, b = ends(net)
-        # a burst of 60 × 1.4 KB at once: far more than 3000 bytes of queue at 1 Mbit/s
-        net.run(a, ["ping", "-n", "-q", "-c", "60", "-l", "60", "-s", "1400", "-W", "1",
-                    str(b.ip)], check=False, timeout=60)
+        # neighbours resolved first (through the 20 % loss), or the burst waits on ARP
+        net.run(a, ["ping", "-n", "-q", "-c", "10", "-i", "0.1", "-W", "1", str(b.ip)],
+                check=False, timeout=60)
+        # 300 × 1.4 KB at once: far more than tbf's burst (2 × 64 KB) and 3000 bytes of queue
+        net.run(a, [sys.executable, "-c", UDP_BURST, str(b.ip)], timeout=60)
         before = _drop_counters(net)
         reported = sh.queue_drops()
         after = _drop_counters(net)  # IPv6 neighbour traffic meets the 20 % loss at any time
