@@ -7,8 +7,9 @@ under ``/usr/lib/uml/modules/<version>/``. Booted with the host's filesystem as 
 host collected run there unchanged.
 
 One boot serves every netem test of a session: the init script (written into a private run
-directory) mounts proc, sys and tmpfs on /run, /tmp and /dev/shm (guest-only mounts: the host's
-/run and /tmp are hidden, never written), loads the modules with ``modprobe -d`` pointed at the
+directory) mounts proc, sys and tmpfs on /run and /dev/shm (guest-only mounts: the host's /run
+is hidden, never written; the guest's TMPDIR and HOME are in the run directory, so the host's
+/tmp stays visible, where the checkout under test may live, and is not written), loads the modules with ``modprobe -d`` pointed at the
 package's module tree, runs ``pytest NODEID…`` with a results file, and powers off. The host
 waits at most ``timeout_s`` and then kills the kernel's whole process group; the run directory
 (UML's own ``uml_dir`` included) is always removed.
@@ -38,7 +39,7 @@ BOOT_BASE_S = 60.0
 PER_TEST_S = 90.0
 GUEST_ENV = "TESTBED_IN_UML"
 RESULTS_ENV = "TESTBED_UML_RESULTS"
-# Not /tmp: the guest mounts its own tmpfs there, so the results must live elsewhere.
+# The run directory (results, logs, the guest's TMPDIR); removed after every boot.
 RUN_PARENT = Path("/var/tmp")
 
 INIT_SCRIPT = """#!/bin/sh
@@ -46,7 +47,6 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
 mkdir -p /dev/shm /dev/pts
 mount -t tmpfs tmpfs /dev/shm
 mount -t devpts devpts /dev/pts
@@ -90,8 +90,12 @@ class GuestRun:
 def _script(run: Path, nodeids: list[str], cwd: Path) -> str:
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
             "--strict-markers", *nodeids]
+    # the guest's temporary files go to the run directory (removed afterwards), not the host's
+    # /tmp; /tmp itself stays visible, since the checkout under test may live there
+    scratch = run / "tmp"
+    scratch.mkdir(exist_ok=True)
     env = {GUEST_ENV: "1", RESULTS_ENV: str(run / "results.json"),
-           "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}
+           "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(scratch), "TMPDIR": str(scratch)}
     return INIT_SCRIPT.format(
         modules=shlex.quote(str(UML_MODULES)), module_names=" ".join(UML_MODULE_NAMES),
         cwd=shlex.quote(str(cwd)), log=shlex.quote(str(run / "pytest.log")),
