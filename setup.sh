@@ -17,8 +17,10 @@ apt_packages=(
   mininet         # mnexec, for the mininet backend
   openssh-server  # sshd stand-in lab hosts for the remote backend's tests
   openssh-client
+  sudo            # stand-in lab hosts log in as a non-root user with the sshaccess sudo rule
   iperf3          # TCP throughput in fidelity checks and benchmarks
   iputils-ping    # RTT probes
+  user-mode-linux # a 6.1 kernel with sch_netem, run as a process: the netem tests run in it
   ethtool         # offload settings on veths
   procps kmod     # ps, sysctl; modprobe where modules exist
   python3 python3-venv python3-dev gcc

@@ -8,11 +8,12 @@ import logging
 import os
 import sys
 
-from testbed.errors import EXIT_CELLS_FAILED, TestbedError
+from testbed.errors import EXIT_INTERNAL, TestbedError
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (0 ok, 1 cells failed, 2 bad input, 3 machine)."""
+    """Run the CLI; returns the process exit code (0 ok, 1 cells failed, 2 bad input, 3 machine,
+    4 internal error: a bug, reported with its type; TESTBED_DEBUG=1 shows the traceback)."""
     debug = os.environ.get("TESTBED_DEBUG") == "1"
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"internal error: {type(e).__name__}: {e} (set TESTBED_DEBUG=1 for the traceback)",
               file=sys.stderr)
-        return EXIT_CELLS_FAILED
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

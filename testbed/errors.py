@@ -11,6 +11,7 @@ EXIT_OK = 0
 EXIT_CELLS_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_MACHINE = 3
+EXIT_INTERNAL = 4  # a bug: an exception no part of testbed raised on purpose
 
 
 class TestbedError(Exception):

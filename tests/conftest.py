@@ -1,20 +1,137 @@
-"""Shared test helpers: root-only tests skip with a reason when not root."""
+"""Shared test helpers.
+
+- Root-only tests (``@pytest.mark.root``) skip with a reason when not root.
+- netem tests (``@pytest.mark.netem``) need a kernel with sch_netem. Where this kernel has it
+  they run here. Where it lacks it, each collected netem test is replaced by a stand-in item and
+  the first of them boots a user-mode Linux kernel once (``umlkernel``) that runs all of them
+  with pytest inside; each stand-in then reports its own test's outcome from inside the guest:
+  a failure there is a failure here (with the guest's report), and a skip there is a failure
+  too (netem tests must run, not skip). Without user-mode-linux installed they fail under
+  ``CI=true`` and skip otherwise, saying how to install it.
+"""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
+import umlkernel
+from testbed.probe import kernel_has_netem
 from testbed.sim import calibration
 
+ROOT = Path(__file__).resolve().parents[1]
+# Margin for the host-side wait on top of the guest's own bound (start-up, result parsing).
+HOST_TIMEOUT_MARGIN_S = 30.0
 
+
+@dataclass
+class _UmlSession:
+    nodeids: list[str] = field(default_factory=list)
+    run: umlkernel.GuestRun | None = None
+
+
+_UML = pytest.StashKey[_UmlSession]()
+
+
+class UmlFailure(Exception):
+    """A netem test that did not pass inside the user-mode Linux kernel."""
+
+
+class UmlItem(pytest.Item):
+    """Stands in on the host for one netem test run inside the UML kernel."""
+
+    def __init__(self, *, guest_nodeid: str, location, **kw):
+        super().__init__(**kw)
+        self.guest_nodeid = guest_nodeid
+        self._location_info = location
+
+    def runtest(self) -> None:
+        if not umlkernel.available():
+            msg = ("this kernel has no sch_netem and user-mode-linux is not installed "
+                   "(apt-get install user-mode-linux, or bash setup.sh)")
+            if os.environ.get("CI"):
+                pytest.fail(msg, pytrace=False)
+            pytest.skip(msg)
+        state = self.config.stash[_UML]
+        if state.run is None:
+            state.run = umlkernel.run_in_uml(state.nodeids, ROOT,
+                                             umlkernel.boot_timeout(len(state.nodeids)))
+        res = state.run.results.get(self.guest_nodeid)
+        if res is None:
+            raise UmlFailure(f"no result from inside UML ({state.run.error or 'not run'})\n"
+                             + state.run.tail())
+        if res["outcome"] != "passed":
+            raise UmlFailure(f"{res['outcome']} inside the UML kernel:\n{res['longrepr']}")
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, UmlFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self._location_info
+
+
+def _to_uml(item: pytest.Item, timeout_s: float) -> UmlItem:
+    new = UmlItem.from_parent(item.parent, name=item.name, guest_nodeid=item.nodeid,
+                              location=item.reportinfo())
+    new.add_marker(pytest.mark.timeout(timeout_s))
+    for mark in item.iter_markers():
+        if mark.name != "timeout":
+            new.own_markers.append(mark)
+            new.keywords[mark.name] = mark
+    return new
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k deselection: boot only for what will run
 def pytest_collection_modifyitems(config, items):
     if os.geteuid() != 0:
         skip = pytest.mark.skip(reason="needs root (namespaces, tc, iptables)")
         for item in items:
             if "root" in item.keywords:
                 item.add_marker(skip)
+        return
+    netem = [i for i, item in enumerate(items) if "netem" in item.keywords]
+    if not netem or os.environ.get(umlkernel.GUEST_ENV) or kernel_has_netem():
+        return
+    state = config.stash.setdefault(_UML, _UmlSession())
+    state.nodeids = [items[i].nodeid for i in netem]
+    timeout = umlkernel.boot_timeout(len(netem)) + HOST_TIMEOUT_MARGIN_S
+    for i in netem:
+        items[i] = _to_uml(items[i], timeout)
+
+
+class _GuestRecorder:
+    """Inside the UML kernel: writes every test's outcome (and report text) as JSON."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.results: dict[str, dict] = {}
+
+    def pytest_runtest_logreport(self, report) -> None:
+        r = self.results.setdefault(report.nodeid, {"outcome": "passed", "longrepr": ""})
+        if report.failed:
+            r["outcome"] = "failed"
+            r["longrepr"] += f"[{report.when}] {report.longreprtext}\n"
+        elif report.skipped and r["outcome"] != "failed":
+            r["outcome"] = "skipped"
+            r["longrepr"] += f"[{report.when}] {report.longreprtext}\n"
+
+    def pytest_sessionfinish(self) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.results, f)
+        os.replace(tmp, self.path)
+
+
+def pytest_configure(config):
+    path = os.environ.get(umlkernel.RESULTS_ENV)
+    if path and os.environ.get(umlkernel.GUEST_ENV):
+        config.pluginmanager.register(_GuestRecorder(path), "uml-guest-recorder")
 
 
 def _netns_list() -> set[str]:

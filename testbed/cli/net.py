@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from testbed.errors import EXIT_OK, MachineError
+from testbed.errors import EXIT_CELLS_FAILED, EXIT_OK, MachineError
 
 # A link whose measured RTT is off by more than this, or whose throughput is below this share
 # of the configured rate, is shown in red: worth a look before trusting results over it.
@@ -73,8 +74,9 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _table(name: str, results, drops: int) -> Table:
-    t = Table(title=f"{name}: configured vs measured (emulator drops: {drops})")
+def _table(name: str, results, drops: int | None) -> Table:
+    shown = "not measured by this shaper" if drops is None else drops
+    t = Table(title=f"{name}: configured vs measured (emulator drops: {shown})")
     for col in ("link", "RTT conf ms", "RTT median ms", "RTT p99 ms", "error ms",
                 "rate conf Mbit/s", "TCP Mbit/s", "share"):
         t.add_column(col, justify="right")
@@ -101,6 +103,10 @@ def _down(args: argparse.Namespace) -> int:
 
     _need_root("net down")
     report = clean(include_live=True, tag=args.tag)
+    for why in report.failed:
+        print(f"could not remove: {why}", file=sys.stderr)
+    if report.failed:
+        return EXIT_CELLS_FAILED
     print(f"removed {args.tag}" if report.removed else f"nothing tagged {args.tag} found")
     return EXIT_OK
 
@@ -114,6 +120,8 @@ def _clean(args: argparse.Namespace) -> int:
         print(f"removed {r}")
     for r in report.skipped_live:
         print(f"kept {r}: its run is still going (use --include-live to remove it anyway)")
-    if not report.removed and not report.skipped_live:
+    for why in report.failed:
+        print(f"could not remove: {why}", file=sys.stderr)
+    if not report.removed and not report.skipped_live and not report.failed:
         print("nothing to clean")
-    return EXIT_OK
+    return EXIT_CELLS_FAILED if report.failed else EXIT_OK

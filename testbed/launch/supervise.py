@@ -11,6 +11,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 from testbed.errors import WorkerError
 from testbed.launch.celldir import CellDir
@@ -52,13 +53,17 @@ def _ended_at(cell_dir: CellDir, rank: int) -> float:
     return ends[-1] if ends else float("inf")
 
 
-def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir: Path) -> None:
+def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir: Path,
+                  check: Callable[[], None] | None = None) -> None:
     """Wait for every worker. A failure or the timeout stops the rest (none outlives the call)
-    and raises WorkerError naming the rank that failed first and its last log lines."""
+    and raises WorkerError naming the rank that failed first and its last log lines. ``check``
+    is called every poll; what it raises (e.g. a dead delay line) stops the workers too."""
     cell_dir = CellDir(cell_dir)
     deadline = time.monotonic() + timeout_s
     try:
         while any(p.poll() is None for p in procs.values()):
+            if check is not None:
+                check()
             if any(p.poll() not in (None, 0) for p in procs.values()):
                 break
             if time.monotonic() > deadline:

@@ -24,12 +24,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.launch.supervise import STOP_GRACE_S
+from testbed.errors import NetworkError
+
 log = logging.getLogger(__name__)
 
 LEDGER_DIR = Path(os.environ.get("TESTBED_LEDGER_DIR", "/run/testbed"))
 TAG_RE = re.compile(r"^tb[0-9a-f]{6}$")
 NETNS_DIR = Path("/run/netns")
-STOP_GRACE_S = 2.0
 
 
 def new_tag() -> str:
@@ -116,7 +118,8 @@ def namespace_pids(ns: str) -> list[int]:
 
 
 def stop_pids(pids: list[int], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM, wait up to ``grace_s``, then SIGKILL; pids already gone are fine."""
+    """SIGTERM, wait up to ``grace_s``, then SIGKILL and wait up to ``grace_s`` again; pids
+    already gone are fine."""
     alive = [p for p in pids if _signal(p, signal.SIGTERM)]
     deadline = time.monotonic() + grace_s
     while alive and time.monotonic() < deadline:
@@ -124,6 +127,11 @@ def stop_pids(pids: list[int], grace_s: float = STOP_GRACE_S) -> None:
         alive = [p for p in alive if pid_alive(p)]
     for p in alive:
         _signal(p, signal.SIGKILL)
+    deadline = time.monotonic() + grace_s  # SIGKILL is not instant: wait for them to go
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if pid_alive(p)]
+        if alive:
+            time.sleep(0.02)
 
 
 def _signal(pid: int, sig: int) -> bool:
@@ -143,37 +151,59 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def delete_namespace(ns: str) -> None:
-    """Stop every process inside ``ns``, then delete it (and with it its links, qdiscs, rules)."""
+def delete_namespace(ns: str) -> str | None:
+    """Stop every process inside ``ns``, then delete it (and with it its links, qdiscs, rules).
+    Returns None when it is gone (or never existed), else why it is still there."""
     stop_pids(namespace_pids(ns))
-    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    res = subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
+    if res.returncode != 0 and (NETNS_DIR / ns).exists():
+        return f"namespace {ns}: {(res.stderr or res.stdout).strip() or 'ip netns del failed'}"
+    return None
 
 
-def delete_root_link(name: str) -> None:
-    """Delete an interface of the root namespace if it exists and carries a run tag."""
+def delete_root_link(name: str) -> str | None:
+    """Delete an interface of the root namespace if it exists and carries a run tag. Returns
+    None when it is gone, else why it is still there."""
     if not tag_of(name):
         raise ValueError(f"refusing to delete untagged interface {name!r}")
-    subprocess.run(["ip", "link", "del", name], capture_output=True)
+    res = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True)
+    if res.returncode != 0 and Path(f"/sys/class/net/{name}").exists():
+        return f"interface {name}: {(res.stderr or res.stdout).strip() or 'ip link del failed'}"
+    return None
 
 
 def destroy(ledger: Ledger) -> None:
-    """Remove everything a ledger lists, in reverse order of creation; idempotent."""
+    """Remove everything a ledger lists, in reverse order of creation; idempotent.
+
+    Raises NetworkError naming what could not be removed; those objects stay in the ledger
+    (its file is kept), so ``clean`` tries them again."""
     own = [pid for pid, start in ledger.processes if proc_start_time(pid) == start]
     stop_pids(own)
-    for ns in reversed(ledger.namespaces):
-        delete_namespace(ns)
-    for ns in tagged_namespaces():  # made but not yet written down when the builder died
-        if tag_of(ns) == ledger.tag:
-            delete_namespace(ns)
-    for link in reversed(ledger.root_links):
-        delete_root_link(link)
-    ledger.remove_file()
+    alive = [[p, s] for p, s in ledger.processes if pid_alive(p) and proc_start_time(p) == s]
+    extra = [ns for ns in tagged_namespaces()  # made but not written down when the builder died
+             if tag_of(ns) == ledger.tag and ns not in ledger.namespaces]
+    ns_why = {ns: why for ns in reversed(ledger.namespaces + extra)
+              if (why := delete_namespace(ns))}
+    link_why = {link: why for link in reversed(ledger.root_links)
+                if (why := delete_root_link(link))}
+    failures = [*ns_why.values(), *link_why.values(),
+                *(f"process {p}: still running after SIGKILL" for p, _ in alive)]
+    if not failures:
+        ledger.remove_file()
+        return
+    ledger.processes = alive
+    ledger.namespaces = [ns for ns in ledger.namespaces + extra if ns in ns_why]
+    ledger.root_links = [link for link in ledger.root_links if link in link_why]
+    ledger.save()
+    raise NetworkError(f"teardown of {ledger.tag} left things behind (kept in {ledger.path}; "
+                       "`python -m testbed clean` retries): " + "; ".join(failures))
 
 
 @dataclass
 class CleanReport:
     removed: list[str] = field(default_factory=list)
     skipped_live: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)   # what could not be removed, and why
 
 
 def clean(include_live: bool = False, tag: str | None = None) -> CleanReport:
@@ -196,12 +226,15 @@ def clean(include_live: bool = False, tag: str | None = None) -> CleanReport:
         if led.owner_alive() and not include_live:
             report.skipped_live.append(led.tag)
             continue
-        destroy(led)
-        report.removed.append(led.tag)
+        try:
+            destroy(led)
+            report.removed.append(led.tag)
+        except NetworkError as e:
+            report.failed.append(str(e))
     for ns in tagged_namespaces():
         t = tag_of(ns)
         if t in known or (tag and t != tag):
             continue
-        delete_namespace(ns)
-        report.removed.append(ns)
+        why = delete_namespace(ns)
+        (report.failed if why else report.removed).append(why or ns)
     return report

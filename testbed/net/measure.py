@@ -6,9 +6,10 @@ import logging
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
-from testbed.errors import CommandError, NetworkError
+from testbed.errors import NetworkError
 from testbed.net.network import Network, Node
 from testbed.topology import ResolvedLink
 
@@ -20,6 +21,9 @@ IPERF_SECONDS = 2.0
 IPERF_OMIT_S = 1.0      # leave slow start out of the average (it lasts ~10 RTTs)
 IPERF_STREAMS = 4       # several connections fill a long fat link within the short test
 IPERF_PORT = 5201
+# iperf3's server takes a while to listen on a busy machine: up to 50 × 0.1 s
+IPERF_CONNECT_TRIES = 50
+IPERF_CONNECT_WAIT_S = 0.1
 
 
 @dataclass
@@ -73,7 +77,8 @@ def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECOND
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         res = None
-        for _ in range(50):  # the server needs a moment to listen
+        for _ in range(IPERF_CONNECT_TRIES):  # the server needs a moment to listen
+            time.sleep(IPERF_CONNECT_WAIT_S)
             res = net.run(src, ["iperf3", "-c", str(dst.ip), "-p", str(IPERF_PORT), "-J",
                                 "-t", f"{seconds:g}", "-O", f"{IPERF_OMIT_S:g}",
                                 "-P", str(streams)],

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from testbed.errors import ShapingError
-from testbed.net.shaping.shapers import Shaper
+from testbed.net.shaping.interface import Shaper
 from testbed.topology import LinkProfile, ResolvedLink
 
 log = logging.getLogger(__name__)
@@ -69,8 +69,11 @@ class StepPlayer:
                      fwd.one_way_delay_ms, fwd.rate_mbit)
 
     def stop(self) -> None:
+        """End the player; raises ShapingError for a step that failed (once: a second call
+        returns quietly)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        if self.error is not None:
-            raise ShapingError(f"a time-varying step failed: {self.error}")
+        err, self.error = self.error, None
+        if err is not None:
+            raise ShapingError(f"a time-varying step failed: {err}")

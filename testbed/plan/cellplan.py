@@ -106,7 +106,8 @@ def _sim_input(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],
 def crossdc_context(exp: Experiment, paths: PathModel, c: Costs,
                     slots: list[Slot]) -> CrossDCContext:
     """Boundary delays and serialization between consecutive stages of replica 0 (from the
-    cell's paths), one stage's F/B/W and ``workload.memory_limit``."""
+    cell's paths), one stage's F/B/W, ``workload.memory_limit``, and the simulator of this cell
+    as the judge between candidate schedules (the greedy's two selection rules)."""
     pipe = [s for s in slots if s.dp_rank == 0]
     bounds = {}
     for a, b in zip(pipe, pipe[1:]):
@@ -117,7 +118,8 @@ def crossdc_context(exp: Experiment, paths: PathModel, c: Costs,
                        back.serialization_s(c.message_bytes)))
     t = c.first
     return CrossDCContext(t.f * 1000, t.b * 1000, t.w * 1000, bounds,
-                          exp.workload.memory_limit)
+                          exp.workload.memory_limit,
+                          evaluate=lambda s: simulate(_sim_input(exp, paths, c, slots, s)).span_s)
 
 
 def schedule_for(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],

@@ -24,7 +24,8 @@ VERSION_PROBE = ("import json, platform, testbed, torch; print(json.dumps({'test
                  "testbed.__version__, 'torch': torch.__version__, "
                  "'python': platform.python_version()}))")
 # netem is usable when loaded or loadable; -n only looks, it loads nothing
-NETEM_PROBE = ["sh", "-c", "test -d /sys/module/sch_netem || modprobe -n -q sch_netem"]
+NETEM_PROBE = ["sh", "-c", "test -d /sys/module/sch_netem || "
+               "PATH=$PATH:/usr/sbin:/sbin modprobe -n -q sch_netem"]  # non-root PATH: no sbin
 VERSION_TIMEOUT_S = 120.0  # importing torch on a cold host takes a while
 
 

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 PID_TIMEOUT_S = 20.0
 POLL_S = 0.02
+# The exit status reported for a process that succeeded but whose results (its trace) could not
+# be fetched: the cell fails instead of losing a rank quietly.
+FETCH_FAILED = 70
 # $$ is the shell's pid; exec keeps it for the program.
 PID_PREFIX = ["sh", "-c", 'echo "$$"; exec "$@"', "sh"]
 
@@ -82,10 +85,21 @@ class RemoteProcess:
             if self._on_exit is not None:
                 try:
                     self._on_exit(self)
-                except Exception as e:  # noqa: BLE001 - reported in the log, status kept
-                    log.warning("after rank exit on %s: %s", self.host.name, e)
+                except Exception as e:  # noqa: BLE001 - any failure here loses results
+                    code = self._exit_failed(code, e)
             self.returncode = code
         return self.returncode
+
+    def _exit_failed(self, code: int, e: Exception) -> int:
+        """What fetching the process's results (the trace) raised is an error: written into
+        its output (where the watcher reads a rank's last lines) and, when the process itself
+        succeeded, turned into exit status FETCH_FAILED."""
+        msg = f"testbed: fetching what the process left on {self.host.name} failed: {e}"
+        log.error(msg)
+        if self._output is not None:
+            self._output.write(f"\n{msg}\n".encode())
+            self._output.flush()
+        return code if code != 0 else FETCH_FAILED
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -25,8 +25,9 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from testbed.errors import CommandError, ShapingError
+from testbed.errors import CommandError, ShapingError, TestbedError
 from testbed.net.shaping import tc
+from testbed.net.shaping.interface import Shaper
 from testbed.topology import LinkProfile
 from testbed.remote import ssh
 
@@ -35,6 +36,14 @@ log = logging.getLogger(__name__)
 DEFAULT_ROOTS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo", "bfifo", "sfq",
                  "cake", "multiq"}
 FILTER_PRIO = "1"
+# Reading back needs no root, but a non-root login's PATH lacks /usr/sbin (Debian, Ubuntu):
+# reads name tc by the path the sshaccess role's sudo rule names too.
+TC_PATH = "/usr/sbin/tc"
+
+
+def read_argv(argv: list[str]) -> list[str]:
+    """A ``tc … show`` argv with tc by its full path."""
+    return [TC_PATH, *argv[1:]]
 RATE_TOLERANCE = 0.01  # tc stores rates in bytes/s, rounded
 
 
@@ -105,6 +114,7 @@ def host_argvs(dev: str, routes: list[Route]) -> list[list[str]]:
     return out
 
 
+SHOW_FILTER = ["tc", "filter", "show", "dev"]
 _FLOWID_RE = re.compile(r"\bflowid (\S+)")
 _MATCH_RE = re.compile(r"^match ([0-9a-f]{8})/([0-9a-f]{8}) at 16$")
 
@@ -151,14 +161,7 @@ def _check_route(r: Route, q: dict, cls: dict, filters: set) -> list[tc.Mismatch
     p, m, out = r.profile, r.minor, []
     leaf = q.get(f"{m}00:", {})
     if needs_netem(p):
-        delay = (leaf.get("options", {}).get("delay") or {}).get("delay", -1) * 1000
-        if leaf.get("kind") != "netem" or abs(delay - p.one_way_delay_ms) > 0.001:
-            out.append(tc.Mismatch(f"to {r.peer}: netem delay (ms)", p.one_way_delay_ms,
-                                   f"{leaf.get('kind')} {delay:g}"))
-        if p.rate_mbit and not _rate_ok(q.get(f"{m}01:", {}).get("options", {}).get("rate"),
-                                        p.rate_mbit):
-            out.append(tc.Mismatch(f"to {r.peer}: tbf rate (Mbit/s)", p.rate_mbit,
-                                   q.get(f"{m}01:")))
+        out += tc.check_netem_leaf(p, leaf, q.get(f"{m}01:"), where=f"to {r.peer}: ")
     else:
         if not _rate_ok(cls.get(f"1:{m}", {}).get("rate"), p.rate_mbit):
             out.append(tc.Mismatch(f"to {r.peer}: htb rate (Mbit/s)", p.rate_mbit,
@@ -173,6 +176,15 @@ def _check_route(r: Route, q: dict, cls: dict, filters: set) -> list[tc.Mismatch
     return out
 
 
+def read_nic(conn, host) -> tuple[list[dict], list[dict], set]:
+    """A host NIC's qdiscs, htb classes and u32 filters, read without privileges."""
+    dev = host.iface
+    q = tc.parse_json(ssh.run(conn, host, read_argv(tc.SHOW_QDISC + [dev])).stdout)
+    c = tc.parse_classes(ssh.run(conn, host, read_argv(tc.SHOW_CLASS + [dev])).stdout)
+    f = parse_u32(ssh.run(conn, host, read_argv(SHOW_FILTER + [dev])).stdout)
+    return q, c, f
+
+
 @dataclass
 class HostShaping:
     """One host's NIC and the destinations shaped on it."""
@@ -183,7 +195,7 @@ class HostShaping:
 
 
 @dataclass
-class RemoteShaper:
+class RemoteShaper(Shaper):
     """Shapes every lab host's NIC; the Shaper face the runner uses (apply, verify, update,
     drops, queue_drops, stop). ``name`` is ``netem`` or ``htb`` (rate only)."""
 
@@ -200,8 +212,11 @@ class RemoteShaper:
         try:
             self._each("shaping", self._shape)
             self.verify()
-        except BaseException:
-            self.stop()
+        except BaseException as e:
+            try:
+                self.stop()
+            except TestbedError as undo:  # keep the first cause; say what was left behind
+                e.add_note(f"and removing the shaping failed: {undo}")
             raise
         return self
 
@@ -242,16 +257,13 @@ class RemoteShaper:
                                    f"{e.output.strip()}") from None
 
     def _root(self, hs: HostShaping, conn) -> str:
-        qd = tc.parse_json(ssh.run(conn, hs.host, tc.SHOW_QDISC + [hs.host.iface]).stdout)
+        qd = tc.parse_json(ssh.run(conn, hs.host,
+                                   read_argv(tc.SHOW_QDISC + [hs.host.iface])).stdout)
         root = next((q for q in qd if q.get("root")), {})
         return root.get("kind", "noqueue")
 
     def _read(self, hs: HostShaping, conn) -> tuple[list[dict], list[dict], set]:
-        dev = hs.host.iface
-        q = tc.parse_json(ssh.run(conn, hs.host, tc.SHOW_QDISC + [dev]).stdout)
-        c = tc.parse_classes(ssh.run(conn, hs.host, tc.SHOW_CLASS + [dev]).stdout)
-        f = parse_u32(ssh.run(conn, hs.host, ["tc", "filter", "show", "dev", dev]).stdout)
-        return q, c, f
+        return read_nic(conn, hs.host)
 
     def verify(self) -> None:
         """Read every host's NIC back; ShapingError naming every difference."""
@@ -279,20 +291,35 @@ class RemoteShaper:
             self._shape(hs, self.lab.conns[hs.host.name])
         self.verify()
 
-    def drops(self) -> int:
-        return 0
+    def check_alive(self) -> None:
+        """Nothing to poll: kernel qdiscs only; ``verify`` re-reads them after the run."""
+
+    def drops(self) -> int | None:
+        """None: nothing here measures the emulator's own drops apart from the others."""
+        return None
 
     def queue_drops(self) -> int:
-        """Packets dropped by the shaped queues (bfifo or tbf leaves), all hosts."""
+        """Packets each destination's leaf dropped, all hosts: the ``m00:`` qdisc, a bfifo
+        (congestion) or a netem (its loss, its limit, and its tbf child's drops, which netem
+        counts again, so no child is added)."""
         got = self._each("reading drops", lambda hs, c: sum(
             int(q.get("drops", 0)) for q in self._read(hs, c)[0]
-            if q.get("handle", "").endswith(("00:", "01:")) and q.get("kind") != "netem"))
+            if q.get("handle", "").endswith("00:")))
         return sum(got.values())
 
     def _remove(self, hs: HostShaping, conn) -> None:
+        """Delete the NIC's root qdisc (ours: htb) and check it is gone. Raises ShapingError
+        when it stays: the lab NIC would otherwise stay throttled."""
         if hs.applied and self._root(hs, conn) == "htb":
-            ssh.run(conn, hs.host, tc.delete_root_argv(hs.host.iface), privileged=True,
-                    check=False)
+            try:
+                ssh.run(conn, hs.host, tc.delete_root_argv(hs.host.iface), privileged=True)
+            except CommandError as e:
+                raise ShapingError(f"{hs.host.name}: could not remove the shaping of "
+                                   f"{hs.host.iface} (it stays throttled): "
+                                   f"{e.output.strip()}") from None
+            if self._root(hs, conn) == "htb":
+                raise ShapingError(f"{hs.host.name}: {hs.host.iface} still has testbed's htb "
+                                   "root after deleting it")
         hs.applied = False
 
     def stop(self) -> None:

@@ -91,8 +91,11 @@ class CellRunner:
             t0 = time.monotonic()
             procs = start_workers(net, plan, cell_dir, stack)
             player = _start_steps(shaper, plan.links, stack)
-            watch_workers(procs, exp.timeout_s, Path(cell_dir.root))
+            # a shaper that dies mid-run (a delay line) fails the cell at once, naming the link
+            watch_workers(procs, exp.timeout_s, Path(cell_dir.root), check=shaper.check_alive)
             row["wall_time_s"] = round(time.monotonic() - t0, 3)
+            player.stop()  # no step half-applied while shaping is read back
+            shaper.verify()  # still as set at the end of the run
             row.update(_drops(shaper))
             _write_json(Path(cell_dir.steps), player.applied)
         row.update(cell_metrics(Path(cell_dir.root), exp.workload))

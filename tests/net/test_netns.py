@@ -122,3 +122,33 @@ def test_tag_of_recognises_only_run_tags():
     assert ledgers.tag_of("tb0a1b2c-dc1-3") == "tb0a1b2c"
     assert ledgers.tag_of("tb0a1b2cs1-eth2") == "tb0a1b2c"
     assert ledgers.tag_of("tbprobe123") is None and ledgers.tag_of("eth0") is None
+
+
+def _pin(ns: str) -> None:
+    """Stack a second mount on a namespace's file: the next `ip netns del` detaches one mount,
+    then cannot unlink the file (EBUSY) and fails, as a busy or stuck namespace does."""
+    path = str(ledgers.NETNS_DIR / ns)
+    subprocess.run(["mount", "--bind", path, path], check=True)
+
+
+def test_a_namespace_that_will_not_go_is_reported_kept_in_the_ledger_and_cleaned_later():
+    net = _build("two-dc.yaml")
+    stuck = net.ledger.namespaces[0]
+    try:
+        _pin(stuck)
+        with pytest.raises(NetworkError, match=f"namespace {stuck}.*busy"):
+            net.teardown()
+        assert _tagged(net.tag) == [stuck]
+        assert Ledger.load(net.ledger.path).namespaces == [stuck]  # clean will find it
+        _pin(stuck)
+        down = subprocess.run([sys.executable, "-m", "testbed", "net", "down", net.tag],
+                              capture_output=True, text=True)
+        assert down.returncode == 1 and f"could not remove: teardown of {net.tag}" in down.stderr
+        assert "removed" not in down.stdout
+        report = ledgers.clean(include_live=True, tag=net.tag)
+        assert report.removed == [net.tag] and report.failed == []
+        assert _tagged(net.tag) == [] and not net.ledger.path.exists()
+    finally:
+        for _ in range(3):
+            subprocess.run(["ip", "netns", "del", stuck], capture_output=True)
+        net.ledger.remove_file()

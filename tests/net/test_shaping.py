@@ -1,22 +1,27 @@
 """Shaping for real on this kernel: the delay line (delay, steps, loss), htb rate, read-back.
 
 Tolerances hold on a busy 2-core machine; tight numbers live in benchmarks/bench_delayline.py.
-The netem shaper needs sch_netem, which this kernel lacks: its integration test skips.
+The netem shaper needs sch_netem, which this kernel lacks: tests/netem/ runs it in UML.
 """
 from __future__ import annotations
 
+import json
 import re
+import signal
+import statistics
 import subprocess
+import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from testbed.errors import ShapingError
 from testbed.net.backends import emulated_network
 from testbed.net.measure import rtt, throughput
+from testbed.net.shaping import shapers
+from testbed.net.steps import StepPlayer
 from testbed.topology import LinkProfile, Topology
-from testbed.probe import kernel_has_netem
+from twodc import ends, two_dc, two_dc_stepping
 
 pytestmark = pytest.mark.root
 
@@ -28,18 +33,9 @@ RTT_SLACK_MS = 1.5
 RATE_SLACK = 0.15
 
 
-def two_dc(**inter_dc) -> Topology:
-    return Topology(name="t", dcs=[{"name": "dca", "hosts": 1}, {"name": "dcb", "hosts": 1}],
-                    inter_dc=LinkProfile(**inter_dc))
-
-
-def _ends(net):
-    return net.host("dca", 0), net.host("dcb", 0)
-
-
 def test_delay_line_gives_the_configured_rtt(tmp_path):
     with emulated_network(two_dc(delay_ms=15), shaper="delayline", workdir=tmp_path) as (net, sh):
-        median, _ = rtt(net, *_ends(net), count=30)
+        median, _ = rtt(net, *ends(net), count=30)
         assert abs(median - 30) < RTT_SLACK_MS, median
         assert sh.drops() == 0
 
@@ -47,17 +43,17 @@ def test_delay_line_gives_the_configured_rtt(tmp_path):
 def test_rate_is_shaped_by_htb_behind_the_delay_line(tmp_path):
     topo = two_dc(delay_ms=5, rate_mbit=100)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
-        mbit = throughput(net, *_ends(net), seconds=2)
+        mbit = throughput(net, *ends(net), seconds=2)
         assert abs(mbit - 100) < 100 * RATE_SLACK, mbit
 
 
 def test_step_changes_rtt_while_running(tmp_path):
     topo = two_dc(delay_ms=5)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
-        before, _ = rtt(net, *_ends(net), count=10)
+        before, _ = rtt(net, *ends(net), count=10)
         link = net.links[0]
         sh.update(link.index, LinkProfile(delay_ms=25), LinkProfile(delay_ms=25))
-        after, _ = rtt(net, *_ends(net), count=10)
+        after, _ = rtt(net, *ends(net), count=10)
     assert abs(before - 10) < RTT_SLACK_MS and abs(after - 50) < RTT_SLACK_MS, (before, after)
 
 
@@ -66,14 +62,14 @@ def test_step_changes_rate_and_queue_in_place(tmp_path):
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
         new = LinkProfile(delay_ms=20, rate_mbit=50)
         sh.update(net.links[0].index, new, new)  # verifies rate, the BDP-sized queue and rules
-        mbit = throughput(net, *_ends(net), seconds=2)
+        mbit = throughput(net, *ends(net), seconds=2)
     assert abs(mbit - 50) < 50 * RATE_SLACK, mbit
 
 
 def test_bernoulli_loss_drops_about_the_configured_share(tmp_path):
     topo = two_dc(delay_ms=1, loss_pct=30)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
-        a, b = _ends(net)
+        a, b = ends(net)
         res = net.run(a, ["ping", "-n", "-c", "300", "-i", "0.002", "-W", "1", str(b.ip)],
                       check=False)
     lost = float(re.search(r"([0-9.]+)% packet loss", res.stdout).group(1))
@@ -100,18 +96,19 @@ def test_a_dead_delay_line_fails_verification(tmp_path):
 
 
 def test_intra_dc_delay_is_refused_by_the_delay_line(tmp_path, netns_list):
-    topo = Topology(name="t", dcs=[{"name": "dca", "hosts": 1, "intra": {"delay_ms": 1}},
-                                   {"name": "dcb", "hosts": 1}])
+    # DC names no other test uses: other runs on this machine add and remove namespaces too
+    topo = Topology(name="t", dcs=[{"name": "dcw", "hosts": 1, "intra": {"delay_ms": 1}},
+                                   {"name": "dcz", "hosts": 1}])
     before = netns_list()
     with pytest.raises(ShapingError, match="needs netem"):
         with emulated_network(topo, shaper="delayline", workdir=tmp_path):
             pass
-    assert netns_list() == before
+    assert [n for n in netns_list() - before if "-dcw" in n or "-dcz" in n] == []
 
 
 def test_stopped_delay_line_releases_what_it_held(tmp_path):
     with emulated_network(two_dc(delay_ms=200), shaper="delayline", workdir=tmp_path) as (net, sh):
-        a, b = _ends(net)
+        a, b = ends(net)
         ping = net.popen(a, ["ping", "-n", "-c", "1", "-W", "3", str(b.ip)],
                          stdout=subprocess.PIPE, text=True)
         time.sleep(0.05)  # the echo request is now held in a→b
@@ -122,28 +119,14 @@ def test_stopped_delay_line_releases_what_it_held(tmp_path):
     assert "1 received" in out, out
 
 
-def test_netem_shaper_on_a_real_kernel(tmp_path):
-    if not kernel_has_netem():
-        pytest.skip("this kernel has no sch_netem: the netem shaper cannot be run here "
-                    "(its tc requests are unit-tested in test_tc.py)")
-    topo = two_dc(delay_ms=10, rate_mbit=100)
-    with emulated_network(topo, shaper="netem", workdir=tmp_path) as (net, sh):
-        median, _ = rtt(net, *_ends(net), count=20)
-        assert abs(median - 20) < RTT_SLACK_MS
-
-
 def test_steps_play_at_their_time(tmp_path):
-    from testbed.net.steps import StepPlayer
-
-    topo = Topology(name="t", dcs=[{"name": "dca", "hosts": 1}, {"name": "dcb", "hosts": 1}],
-                    links=[{"dcs": ["dca", "dcb"], "delay_ms": 5,
-                            "steps": [{"at_s": 1.0, "delay_ms": 30}]}])
+    topo = two_dc_stepping(5, at_s=1.0, to_delay_ms=30)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
         player = StepPlayer(sh, net.links)
         player.start()
-        before, _ = rtt(net, *_ends(net), count=10)  # ~0.2 s of pings, well before 1 s
+        before, _ = rtt(net, *ends(net), count=10)  # ~0.2 s of pings, well before 1 s
         time.sleep(1.2)
-        after, _ = rtt(net, *_ends(net), count=10)
+        after, _ = rtt(net, *ends(net), count=10)
         player.stop()
     assert abs(before - 10) < RTT_SLACK_MS and abs(after - 60) < RTT_SLACK_MS, (before, after)
     assert player.applied and player.applied[0]["applied_s"] >= 1.0
@@ -156,3 +139,83 @@ def test_intra_dc_rate_is_shaped_on_both_ends_of_host_links(tmp_path):
         a0, a1 = net.host("dca", 0), net.host("dca", 1)
         mbit = throughput(net, a0, a1, seconds=2)
     assert abs(mbit - 200) < 200 * RATE_SLACK, mbit
+
+
+def test_read_back_catches_a_changed_drop_probability(tmp_path):
+    with emulated_network(two_dc(delay_ms=1, loss_pct=30), shaper="delayline",
+                          workdir=tmp_path) as (net, sh):
+        d = sh.directions[0]
+        drop = next(r for r in d.rules if "DROP" in r)
+        changed = [x if x != "0.3" else "0.1" for x in drop]
+        net.run(d.end.router, ["iptables", "-w", "-R", "FORWARD", "1", *changed[1:]])
+        with pytest.raises(ShapingError, match="Bernoulli drop rule"):
+            sh.verify()
+
+
+def test_read_back_catches_a_delay_line_running_another_config(tmp_path):
+    with emulated_network(two_dc(delay_ms=5, jitter_ms=1), shaper="delayline",
+                          workdir=tmp_path) as (net, sh):
+        d = sh.directions[0]
+        loads = sh._stats(d)["config_loads"]
+        d.config.write_text('{"delay_ms": 5, "jitter_ms": 0}')  # behind the shaper's back
+        d.proc.send_signal(signal.SIGHUP)
+        sh._wait_reload(d, loads)
+        with pytest.raises(ShapingError, match="delay-line config in force"):
+            sh.verify()
+
+
+def test_a_step_whose_reload_times_out_fails_and_is_not_recorded(tmp_path, monkeypatch):
+    monkeypatch.setattr(shapers, "DELAYLINE_START_TIMEOUT_S", 1.0)
+    topo = two_dc_stepping(5, at_s=0.1, to_delay_ms=30)
+    with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
+        frozen = sh.directions[0].proc
+        frozen.send_signal(signal.SIGSTOP)  # alive, but never reloads
+        try:
+            player = StepPlayer(sh, net.links)
+            player.start()
+            with pytest.raises(ShapingError, match="did not load its new config within 1 s"):
+                time.sleep(0.1 + 1.5)
+                player.stop()
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+    assert player.applied == []
+
+
+UDP_RECEIVER = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 9999)); s.settimeout(3)
+print("ready", flush=True)
+got = []
+try:
+    while True:
+        got.append(int(s.recv(64)))
+except socket.timeout:
+    pass
+print(" ".join(map(str, got)), flush=True)
+"""
+UDP_SENDER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(int(sys.argv[2])):
+    s.sendto(str(i).encode(), (sys.argv[1], 9999)); time.sleep(0.0002)
+"""
+
+
+def test_jitter_on_real_packets_spreads_delays_but_never_reorders(tmp_path):
+    """500 datagrams 0.2 ms apart through 10 ms ± 4 ms of jitter arrive in order, and the
+    echo RTTs of sparse pings spread as the jitter says (both directions jittered)."""
+    with emulated_network(two_dc(delay_ms=10, jitter_ms=4), shaper="delayline",
+                          workdir=tmp_path) as (net, sh):
+        a, b = ends(net)
+        rx = net.popen(b, [sys.executable, "-c", UDP_RECEIVER], stdout=subprocess.PIPE,
+                       text=True)
+        assert rx.stdout.readline().strip() == "ready"
+        net.run(a, [sys.executable, "-c", UDP_SENDER, str(b.ip), "500"])
+        order = [int(x) for x in rx.communicate(timeout=30)[0].split()]
+        probe = net.run(a, [sys.executable, "-m", "testbed.net.icmp", str(b.ip), "60", "0.05"])
+    rtts = json.loads(probe.stdout)["rtt_ms"]
+    assert len(order) >= 490 and order == sorted(order), order[:50]
+    # each direction adds N(0, 4 ms) (clipped at 0): RTT spread ≈ √2 · 4 = 5.7 ms; 60 samples
+    # and scheduling noise on a busy machine: between 3.5 and 8 ms
+    assert 3.5 < statistics.pstdev(rtts) < 8, rtts

@@ -77,21 +77,60 @@ def test_check_rate_names_every_mismatch():
     assert found == {"queue", "htb rate (bytes/s)"}
 
 
-def test_check_netem_accepts_what_tc_reports_for_the_request():
-    p = LinkProfile(delay_ms=10, rate_mbit=100)
-    qdiscs = [{"kind": "netem", "handle": "1:", "options": {
-        "limit": tc.netem_limit(p), "delay": {"delay": 0.010, "jitter": 0}}},
-        {"kind": "tbf", "handle": "10:", "options": {"rate": 12_500_000}}]
-    assert tc.check_netem(p, qdiscs) == []
-    qdiscs[0]["options"]["delay"]["delay"] = 0.011
-    assert [m.what for m in tc.check_netem(p, qdiscs)] == ["netem delay (ms)"]
+# What `tc -j -s -r qdisc show` printed in the UML 6.1 kernel for KERNEL_PROFILE's netem + tbf
+# request (netem's limit filled in from netem_limit; tests/netem runs such requests for real).
+KERNEL_PROFILE = LinkProfile(delay_ms=8, jitter_ms=1, jitter_distribution="pareto", loss_pct=0.5,
+                             rate_mbit=50, queue={"bytes": 180000})
+KERNEL_JSON = (
+    '[{"kind":"netem","handle":"1:","root":true,"refcnt":2,"options":{"limit":%d,'
+    '"delay":{"delay":0.008,"jitter":0.001,"correlation":0},"loss-random":{"loss":0.005,'
+    '"correlation":0},"ecn":false,"gap":0},"bytes":0,"packets":0,"drops":0},'
+    '{"kind":"tbf","handle":"10:","parent":"1:1","options":{"rate":6250000,"burst":131068,'
+    '"burst_raw":"50000","lat":7829,"limit":180000},"bytes":0,"packets":0,"drops":0}]'
+    % tc.netem_limit(KERNEL_PROFILE))
+
+
+def _kernel_qdiscs() -> list[dict]:
+    return tc.parse_json(KERNEL_JSON)
+
+
+def test_check_netem_accepts_what_the_kernel_reports_for_the_request():
+    assert tc.check_netem(KERNEL_PROFILE, _kernel_qdiscs()) == []
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("delay", 0.009, "netem delay"), ("jitter", 0.002, "netem jitter"),
+    ("loss", 0.01, "netem loss"), ("limit", 10, "netem limit"),
+    ("tbf_limit", 3000, "tbf limit"), ("tbf_rate", 3125000, "tbf rate")])
+def test_check_netem_names_each_parameter_that_differs(field, value, named):
+    q = _kernel_qdiscs()
+    netem, tbf = q[0]["options"], q[1]["options"]
+    target = {"delay": (netem["delay"], "delay"), "jitter": (netem["delay"], "jitter"),
+              "loss": (netem["loss-random"], "loss"), "limit": (netem, "limit"),
+              "tbf_limit": (tbf, "limit"), "tbf_rate": (tbf, "rate")}[field]
+    target[0][target[1]] = value
+    assert [m.what for m in tc.check_netem(KERNEL_PROFILE, q)] == [named + (
+        " (ms)" if field in ("delay", "jitter") else " (bytes)" if field == "tbf_limit"
+        else " (bytes/s)" if field == "tbf_rate" else "")]
+
+
+def test_check_netem_compares_the_loss_model_not_only_its_rate():
+    ge = KERNEL_PROFILE.merged(LinkProfile(loss_model="gilbert_elliott", gilbert_elliott={
+        "p_pct": 1, "r_pct": 20, "loss_bad_pct": 50, "loss_good_pct": 0.1}))
+    found = tc.check_netem(ge, _kernel_qdiscs())  # the kernel has random loss, not gemodel
+    assert [m.what for m in found] == ["netem loss"]
+    q = _kernel_qdiscs()
+    del q[0]["options"]["loss-random"]
+    q[0]["options"]["loss-gemodel"] = {"p": 0.01, "r": 0.2, "1-h": 0.5, "1-k": 0.999}
+    assert tc.check_netem(ge, q) == []
+    assert [m.what for m in tc.check_netem(KERNEL_PROFILE, q)] == ["netem loss"]
 
 
 @pytest.mark.root
 def test_real_tc_encodes_the_netem_request(tmp_path):
     """tc parses the options and sends them; without sch_netem only the kernel may refuse."""
     if kernel_has_netem():
-        pytest.skip("this kernel has netem: covered by test_netem_shaper_on_a_real_kernel")
+        pytest.skip("this kernel has netem: covered by tests/netem")
     ns = "tbtctest"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:

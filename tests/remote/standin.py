@@ -22,6 +22,8 @@ from testbed.net import ledger as ledgers
 from testbed.net.ledger import Ledger
 from testbed.net.tcp import allow_congestion_control
 
+from labuser import LabUser, role_default
+
 ROOT = Path(__file__).resolve().parents[2]
 SSHD = "/usr/sbin/sshd"
 SSHD_START_TIMEOUT_S = 10.0
@@ -43,6 +45,18 @@ Subsystem sftp internal-sftp
 
 def _ip(*argv: str) -> None:
     subprocess.run(["ip", *argv], check=True, capture_output=True, text=True)
+
+
+def _free_octet(seed: int) -> int:
+    """A second octet in 200..249 that no address on this machine uses yet (other stand-in
+    labs may run at the same time: the same 10.x/16 twice would cross their traffic)."""
+    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                          text=True).stdout
+    for k in range(50):
+        octet = 200 + (seed + k) % 50
+        if f" 10.{octet}." not in used:
+            return octet
+    raise RuntimeError("no free 10.200-249.0.0/16 for a stand-in lab")
 
 
 def keygen(path: Path) -> str:
@@ -74,12 +88,14 @@ class StandInLab:
     dcs: dict[str, int]
     tag: str = field(default_factory=ledgers.new_tag)
     hosts: list[StandIn] = field(default_factory=list)
+    non_root: bool = False  # log in as a tagged user with the sshaccess role's sudo rule
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.tag, backend="standin")
-        self.octet = 200 + int(self.tag[2:], 16) % 50
+        self.octet = _free_octet(int(self.tag[2:], 16))
         self.client_key = self.workdir / "id_ed25519"
         self.bridge = f"{self.tag}br"
+        self.user = LabUser(f"{self.tag}u") if self.non_root else None
 
     # ---- set-up and teardown
 
@@ -88,8 +104,11 @@ class StandInLab:
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation
-            (self.workdir / "authorized_keys").write_text(keygen(self.client_key) + "\n")
+            pub = keygen(self.client_key)
+            (self.workdir / "authorized_keys").write_text(pub + "\n")
             self.ledger.save()
+            if self.user is not None:
+                self.user.create(pub)
             self._bridge()
             for i, (dc, n) in enumerate(self.dcs.items(), start=1):
                 for j in range(n):
@@ -102,8 +121,13 @@ class StandInLab:
         return self
 
     def stop(self) -> None:
-        """Stop every sshd, delete the namespaces, the veths and the bridge; idempotent."""
-        ledgers.destroy(self.ledger)
+        """Stop every sshd, delete the namespaces, the veths and the bridge (and the non-root
+        user); idempotent."""
+        try:
+            ledgers.destroy(self.ledger)
+        finally:
+            if self.user is not None:
+                self.user.remove()
 
     def _bridge(self) -> None:
         self.ledger.root_links.append(self.bridge)
@@ -130,12 +154,17 @@ class StandInLab:
         allow_congestion_control("cubic")
         subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
                         "net.ipv4.tcp_congestion_control=cubic",
-                        "net.ipv4.tcp_slow_start_after_idle=0"], check=True)
+                        "net.ipv4.tcp_slow_start_after_idle=0",
+                        f"net.ipv4.ping_group_range={role_default('sshaccess_ping_group_range')}"],
+                       check=True)
         d = self.workdir / ns
         d.mkdir()
         host = StandIn(f"{dc}-{j}", dc, j, ns, ip, 24, keygen(d / "hostkey"))
+        keys = [self.workdir / "authorized_keys"]
+        if self.user is not None:
+            keys.append(self.user.authorized_keys)
         (d / "sshd_config").write_text(SSHD_CONFIG.format(
-            ip=ip, hostkey=d / "hostkey", authorized=self.workdir / "authorized_keys"))
+            ip=ip, hostkey=d / "hostkey", authorized=" ".join(map(str, keys))))
         with open(d / "sshd.log", "wb") as logf:
             host.proc = subprocess.Popen(
                 ["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
@@ -164,8 +193,8 @@ class StandInLab:
         return path
 
     def inventory(self, path: Path, extra_vars: str = "") -> Path:
-        """Write an Ansible INI inventory: one group per DC, root login with the client key,
-        workers running from this checkout's virtualenv."""
+        """Write an Ansible INI inventory: one group per DC, root login (the non-root user's with
+        ``non_root``) with the client key, workers running from this checkout's virtualenv."""
         out = []
         for dc in self.dcs:
             out.append(f"[{dc}]")
@@ -173,7 +202,8 @@ class StandInLab:
                 out.append(f"{h.name} ansible_host={h.ip} testbed_iface=eth0 "
                            f"testbed_addr={h.ip}/{h.prefix}")
             out.append("")
-        out += ["[testbed:children]", *self.dcs, "", "[testbed:vars]", "ansible_user=root",
+        login = self.user.name if self.user is not None else "root"
+        out += ["[testbed:children]", *self.dcs, "", "[testbed:vars]", f"ansible_user={login}",
                 f"ansible_ssh_private_key_file={self.client_key}", f"testbed_home={ROOT}",
                 f"testbed_python={sys.executable}", extra_vars, ""]
         path.write_text("\n".join(out))

@@ -7,6 +7,7 @@ from testbed.errors import SpecError
 from testbed.remote import ssh
 from testbed.remote.inventory import load_inventory
 from testbed.remote.lab import Lab, local_versions
+from testbed.remote.process import FETCH_FAILED, RemoteProcess
 
 pytestmark = [pytest.mark.root, pytest.mark.remote]
 DCS = ["dc1", "dc2"]
@@ -83,3 +84,21 @@ def test_inventory_without_a_dc_group_is_a_spec_error(lab, inventory):
     with pytest.raises(SpecError) as e:
         load_inventory(inventory, ["dc1", "dc3"])
     assert "[dc3]" in str(e.value)
+
+
+def test_a_failed_trace_fetch_fails_the_rank_and_says_why(lab, inventory, known_hosts, tmp_path):
+    opened = Lab.open(inventory, DCS, known_hosts, clock_samples=1)
+    try:
+        host = opened.hosts()[0]
+        conn = opened.conns[host.name]
+
+        def fetch(_proc):  # what RemoteNetwork.fetch_trace does, for a trace never written
+            conn.sftp().open("/nonexistent/trace-rank0.jsonl", "r").close()
+
+        with open(tmp_path / "rank0.log", "wb") as out:
+            proc = RemoteProcess(conn, host, ["true"], output=out, on_exit=fetch)
+            assert proc.wait(timeout=30) == FETCH_FAILED  # `true` itself exited 0
+        log = (tmp_path / "rank0.log").read_text()
+        assert f"fetching what the process left on {host.name} failed" in log
+    finally:
+        opened.close()

@@ -15,8 +15,9 @@ loss is done in the kernel (``-m statistic``) by the shaper; Gilbert–Elliott l
 with a DROP verdict at arrival.
 
 Run as ``python -m testbed.net.shaping.delayline --config FILE`` inside the namespace. The config
-(JSON) is re-read on SIGHUP (that is how time-varying steps change the delay); statistics are
-written to ``stats`` next to the config about once a second and at exit. SIGTERM/SIGINT stop it;
+(JSON) is re-read on SIGHUP (that is how time-varying steps change the delay); statistics, with
+the config in force (``config``, read back by the shaper), are written to ``stats`` next to the
+config about once a second, at once after a reload, and at exit. SIGTERM/SIGINT stop it;
 packets still held are accepted on the way out (none are lost to a stop).
 
 This module imports only the standard library so that a delay-line process starts in ~50 ms.
@@ -239,6 +240,7 @@ class DelayLine:
         self.ge = GilbertElliott(cfg.get("gilbert_elliott"), self.rng)
         self.stats["config_loads"] += 1
         self.stats["delay_ms"] = cfg.get("delay_ms", 0.0)
+        self.stats["config"] = cfg  # what is in force, for the shaper's read-back
         self.reload_wanted = False
 
     def run(self) -> None:

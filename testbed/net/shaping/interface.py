@@ -27,6 +27,11 @@ class Shaper(ABC):
         """Change one link's profile in place (a time-varying step) and read it back."""
 
     @abstractmethod
+    def check_alive(self) -> None:
+        """Cheap check while a run goes on (polled): raises ShapingError naming the link
+        direction whose shaping died (a delay-line process gone)."""
+
+    @abstractmethod
     def drops(self) -> int | None:
         """Packets the emulator itself dropped (not configured loss, not the queue); None
         where nothing measures it."""

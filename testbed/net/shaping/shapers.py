@@ -25,6 +25,8 @@ from testbed.errors import CommandError, MachineError, ShapingError
 from testbed.net.network import LinkEnd, Network
 from testbed.net.ledger import stop_pids
 from testbed.net.shaping import tc
+from testbed.net.shaping.interface import Shaper
+from testbed.probe import kernel_has_netem
 from testbed.topology import LinkProfile
 
 log = logging.getLogger(__name__)
@@ -72,15 +74,17 @@ def _qdiscs(net: Network, node, dev: str) -> tuple[list[dict], list[dict]]:
 
 
 @dataclass
-class Shaper:
-    """Common life of a shaper; subclasses say how one direction is shaped and checked."""
+class NamespaceShaper(Shaper):
+    """Common life of the shapers that run in this machine's router namespaces; subclasses say
+    how one direction is shaped and checked."""
 
     net: Network
     workdir: Path
     directions: list[Direction] = field(default_factory=list)
     name = "base"
+    drops_handle = "10:"  # the qdisc whose drop counter queue_drops reports
 
-    def apply(self) -> "Shaper":
+    def apply(self) -> "NamespaceShaper":
         """Shape every inter-DC direction and every host link, then read all of it back.
         Raises ShapingError naming every mismatch."""
         self._check_intra()
@@ -109,16 +113,22 @@ class Shaper:
                 if bad:
                     raise ShapingError(f"{d.label} after step: " + "; ".join(map(str, bad)))
 
-    def drops(self) -> int:
-        """Packets dropped by the emulator itself (not by configured loss or the queue)."""
-        return 0
+    def check_alive(self) -> None:
+        """Cheap check, polled while workers run: raises ShapingError naming the link direction
+        whose shaping died (a delay-line process). Nothing to poll for kernel-only shaping;
+        ``verify`` re-reads everything once the workers are done."""
+
+    def drops(self) -> int | None:
+        """Packets dropped by the emulator itself (not by configured loss or the queue); None
+        where nothing measures that apart from other drops (netem: see ``queue_drops``)."""
+        return None
 
     def queue_drops(self) -> int:
-        """Packets the bottleneck queues dropped (congestion), summed over directions."""
+        """Packets the shaping qdiscs dropped, summed over directions (see ``QUEUE_DROPS``)."""
         total = 0
         for d in self.directions:
             q, _ = _qdiscs(self.net, d.end.router, d.end.iface)
-            total += tc.drops(q)
+            total += tc.drops(q, self.drops_handle)
         return total
 
     def stop(self) -> None:
@@ -160,8 +170,13 @@ class Shaper:
     def _check(self, d: Direction) -> list: ...
 
 
-class NetemShaper(Shaper):
+class NetemShaper(NamespaceShaper):
+    """``queue_drops`` is netem's own counter (``1:``): its configured loss, its limit
+    overflowing, and every drop of its tbf child (netem counts a child's drop again), so it is
+    each direction's total; tbf's share alone is in its own counter (``10:``)."""
+
     name = "netem"
+    drops_handle = "1:"
 
     def _shape(self, d: Direction) -> None:
         _run_all(self.net, d.end.router, tc.netem_argvs(d.end.iface, d.profile))
@@ -180,8 +195,17 @@ class NetemShaper(Shaper):
         return tc.netem_argvs(dev, p)
 
 
-class DelayLineShaper(Shaper):
+class DelayLineShaper(NamespaceShaper):
+    """``queue_drops`` is the bfifo leaf's counter (``10:``: congestion at the rate limit);
+    Bernoulli loss is dropped by iptables and the delay line's own drops are ``drops``."""
+
     name = "delayline"
+
+    def check_alive(self) -> None:
+        dead = [f"{d.label} (link {d.end.link.name}, exit {d.proc.returncode})"
+                for d in self.directions if d.proc is not None and d.proc.poll() is not None]
+        if dead:
+            raise ShapingError("delay line died during the run: " + ", ".join(dead))
 
     def _check_intra(self) -> None:
         for dc in self.net.topology.dcs:
@@ -258,8 +282,19 @@ class DelayLineShaper(Shaper):
         loads = self._stats(d).get("config_loads", 0)
         self._write_config(d)
         d.proc.send_signal(signal.SIGHUP)
+        self._wait_reload(d, loads)
+
+    def _wait_reload(self, d: Direction, loads: int) -> None:
+        """Wait for the delay line to report a load after ``loads``. Raises ShapingError when
+        it exits first or takes over DELAYLINE_START_TIMEOUT_S (the step is then not applied)."""
         deadline = time.monotonic() + DELAYLINE_START_TIMEOUT_S
-        while self._stats(d).get("config_loads", 0) <= loads and time.monotonic() < deadline:
+        while self._stats(d).get("config_loads", 0) <= loads:
+            if d.proc.poll() is not None:
+                raise ShapingError(f"delay line {d.label} exited ({d.proc.returncode}) before "
+                                   "loading its new config")
+            if time.monotonic() > deadline:
+                raise ShapingError(f"delay line {d.label} did not load its new config within "
+                                   f"{DELAYLINE_START_TIMEOUT_S:g} s")
             time.sleep(0.01)
 
     @staticmethod
@@ -272,11 +307,13 @@ class DelayLineShaper(Shaper):
     def _check(self, d: Direction) -> list:
         out = self._check_dev(d.end.router, d.end.iface, d.profile)
         rules = self.net.run(d.end.router, ["iptables", "-w", "-S", "FORWARD"]).stdout
-        if f"-o {d.end.iface} " not in rules or f"--queue-num {d.queue}" not in rules:
-            out.append(tc.Mismatch("NFQUEUE rule", f"-o {d.end.iface} queue {d.queue}", rules))
+        out += check_rules(rules, d.end.iface, self.net.tag, d.queue, d.profile)
         if d.proc is not None and d.proc.poll() is not None:
             out.append(tc.Mismatch("delay-line process", "running",
                                    f"exited {d.proc.returncode}"))
+        loaded = self._stats(d).get("config")
+        if loaded != self._config(d):
+            out.append(tc.Mismatch("delay-line config in force", self._config(d), loaded))
         bound = queue_table(self.net, d.end.router).get(d.queue)
         if bound is None:
             out.append(tc.Mismatch("NFQUEUE", f"queue {d.queue} bound", "not bound"))
@@ -302,6 +339,35 @@ class DelayLineShaper(Shaper):
                 d.proc.wait()
 
 
+# iptables keeps the statistic match's probability as a 31-bit fraction and prints it with 11
+# digits (0.3 → 0.30000000009).
+PROBABILITY_TOL = 1e-8
+
+
+def check_rules(rules: str, iface: str, tag: str, queue: int,
+                p: LinkProfile) -> list[tc.Mismatch]:
+    """Compare one direction's FORWARD rules (``iptables -S FORWARD`` text) with the profile:
+    a Bernoulli DROP with the loss probability exactly when Bernoulli loss is asked for, placed
+    before one NFQUEUE rule to ``queue``."""
+    mine = [r.split() for r in rules.splitlines()
+            if f" -o {iface} " in f" {r} " and f"--comment {tag}" in r]
+    drops = [i for i, r in enumerate(mine) if r[-2:] == ["-j", "DROP"]]
+    queues = [i for i, r in enumerate(mine) if "NFQUEUE" in r]
+    out = []
+    if len(queues) != 1 or mine[queues[0]][mine[queues[0]].index("--queue-num") + 1] != str(queue):
+        out.append(tc.Mismatch("NFQUEUE rule", f"one, -o {iface} queue {queue}",
+                               [" ".join(mine[i]) for i in queues] or "none"))
+    want = p.loss_pct / 100 if p.loss_model == "bernoulli" and p.loss_pct > 0 else None
+    got = [float(mine[i][mine[i].index("--probability") + 1]) for i in drops
+           if "--probability" in mine[i]]
+    if (want is None and drops) or (want is not None and (
+            len(got) != 1 or len(drops) != 1 or abs(got[0] - want) > PROBABILITY_TOL
+            or (queues and drops[0] > queues[0]))):
+        out.append(tc.Mismatch("Bernoulli drop rule (probability, before the NFQUEUE rule)",
+                               want, [" ".join(mine[i]) for i in drops] or "none"))
+    return out
+
+
 def queue_table(net: Network, node) -> dict[int, dict]:
     """The NFQUEUE table of a node's namespace: queue → counters."""
     text = net.run(node, ["cat", "/proc/net/netfilter/nfnetlink_queue"], check=False).stdout
@@ -314,13 +380,12 @@ def queue_table(net: Network, node) -> dict[int, dict]:
     return out
 
 
-SHAPERS: dict[str, type[Shaper]] = {"netem": NetemShaper, "delayline": DelayLineShaper}
+SHAPERS: dict[str, type[NamespaceShaper]] = {"netem": NetemShaper, "delayline": DelayLineShaper}
 
 
 def choose_shaper(requested: str, netem_ok: bool | None = None) -> tuple[str, str]:
     """Resolve ``auto`` (netem where the kernel has it) and check an explicit choice.
     Returns (name, reason); raises MachineError when netem is asked for but missing."""
-    from testbed.probe import kernel_has_netem
 
     has = kernel_has_netem() if netem_ok is None else netem_ok
     if requested == "netem" and not has:

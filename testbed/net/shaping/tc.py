@@ -96,7 +96,8 @@ def delete_root_argv(dev: str) -> list[str]:
     return ["tc", "qdisc", "del", "dev", dev, "root"]
 
 
-SHOW_QDISC = ["tc", "-j", "-s", "qdisc", "show", "dev"]
+# -r (raw): tbf shows its queue limit in bytes (otherwise only a derived latency)
+SHOW_QDISC = ["tc", "-j", "-s", "-r", "qdisc", "show", "dev"]
 SHOW_CLASS = ["tc", "class", "show", "dev"]  # tc has no JSON output for htb classes
 _CLASS_RE = re.compile(r"^class (\S+) (\S+) .*?\brate (\S+)")
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
@@ -160,24 +161,74 @@ def check_rate(p: LinkProfile, qdiscs: list[dict], classes: list[dict]) -> list[
     return out
 
 
-def check_netem(p: LinkProfile, qdiscs: list[dict]) -> list[Mismatch]:
-    """Compare netem (+ tbf) on a device with the profile."""
-    q = _by_handle(qdiscs)
-    root = q.get("1:", {})
-    if root.get("kind") != "netem":
-        return [Mismatch("root qdisc", "netem 1:", root.get("kind"))]
-    opts, out = root.get("options", {}), []
-    delay = (opts.get("delay") or {}).get("delay", 0.0) * 1000
-    if not _close(delay, p.one_way_delay_ms, 0.001) and abs(delay - p.one_way_delay_ms) > 0.001:
-        out.append(Mismatch("netem delay (ms)", p.one_way_delay_ms, delay))
+# tc passes times through timer ticks (a 0.5 ms jitter came back from the kernel as 0.499 ms)
+# and loss as a u32 fraction. Anything within these of the request is the request.
+TIME_TOL_MS = 0.002
+FRACTION_TOL = 1e-6
+
+
+def _netem_loss(p: LinkProfile) -> tuple[str | None, dict[str, float]]:
+    """The loss model netem should report for ``p``: its JSON key and fractions."""
+    if p.loss_model == "gilbert_elliott" and p.gilbert_elliott:
+        g = p.gilbert_elliott
+        return "loss-gemodel", {"p": g.p_pct / 100, "r": g.r_pct / 100,
+                                "1-h": g.loss_bad_pct / 100, "1-k": 1 - g.loss_good_pct / 100}
+    if p.loss_pct > 0:
+        return "loss-random", {"loss": p.loss_pct / 100}
+    return None, {}
+
+
+def check_netem_leaf(p: LinkProfile, netem: dict, tbf: dict | None,
+                     where: str = "") -> list[Mismatch]:
+    """Compare one netem qdisc (and its tbf child, when the profile has a rate) as ``tc -j -r``
+    reports them with the profile: delay, jitter, loss model and its parameters, limit, tbf
+    rate, burst and queue limit. The jitter *distribution* cannot be compared: the kernel keeps
+    the table but never dumps it (netem_dump sends none), so tc cannot show it."""
+    if netem.get("kind") != "netem":
+        return [Mismatch(f"{where}root qdisc", "netem", netem.get("kind"))]
+    opts, out = netem.get("options", {}), []
+    delay = opts.get("delay") or {}
+    for what, want, got in (("delay", p.one_way_delay_ms, delay.get("delay", 0.0) * 1000),
+                            ("jitter", p.jitter_ms, delay.get("jitter", 0.0) * 1000)):
+        if abs(got - want) > TIME_TOL_MS:
+            out.append(Mismatch(f"{where}netem {what} (ms)", want, got))
+    key, want_loss = _netem_loss(p)
+    got_keys = sorted(k for k in opts if k.startswith("loss"))
+    got_loss = opts.get(key, {}) if key else {}
+    if got_keys != ([key] if key else []) or any(
+            abs(float(got_loss.get(k, -1)) - v) > FRACTION_TOL for k, v in want_loss.items()):
+        out.append(Mismatch(f"{where}netem loss", f"{key} {want_loss}" if key else "none",
+                            {k: opts[k] for k in got_keys} or "none"))
     if opts.get("limit") != netem_limit(p):
-        out.append(Mismatch("netem limit", netem_limit(p), opts.get("limit")))
+        out.append(Mismatch(f"{where}netem limit", netem_limit(p), opts.get("limit")))
     if p.rate_mbit:
-        tbf = q.get("10:", {})
-        rate = tbf.get("options", {}).get("rate")
-        if tbf.get("kind") != "tbf" or rate is None or not _close(rate, p.rate_mbit * 1e6 / 8):
-            out.append(Mismatch("tbf rate (bytes/s)", p.rate_mbit * 1e6 / 8, rate))
+        out += _check_tbf(p, tbf or {}, where)
     return out
+
+
+def _check_tbf(p: LinkProfile, tbf: dict, where: str) -> list[Mismatch]:
+    """tbf's rate (1 %: bytes/s, rounded), burst (1 %: stored in timer ticks) and queue limit
+    (exact: bytes, shown with ``tc -r``)."""
+    o = tbf.get("options", {})
+    want = {"rate": p.rate_mbit * 1e6 / 8, "burst": burst_bytes(p.rate_mbit),
+            "limit": p.queue_limit_bytes()}
+    if tbf.get("kind") != "tbf":
+        return [Mismatch(f"{where}tbf", "tbf under netem", tbf.get("kind"))]
+    out = []
+    for what, w in want.items():
+        got = o.get(what)
+        ok = got is not None and (got == w if what == "limit" else _close(float(got), w))
+        if not ok:
+            out.append(Mismatch(f"{where}tbf {what} (bytes{'/s' if what == 'rate' else ''})",
+                                w, got))
+    return out
+
+
+def check_netem(p: LinkProfile, qdiscs: list[dict]) -> list[Mismatch]:
+    """Compare netem (``1:``) + tbf (``10:``) on a device with the profile (see
+    ``check_netem_leaf``)."""
+    q = _by_handle(qdiscs)
+    return check_netem_leaf(p, q.get("1:", {}), q.get("10:"))
 
 
 def parse_json(text: str) -> list[dict]:
@@ -186,5 +237,5 @@ def parse_json(text: str) -> list[dict]:
 
 
 def drops(qdiscs: list[dict], handle: str = "10:") -> int:
-    """Packets the bottleneck queue dropped (its ``-s`` statistics)."""
+    """Packets the qdisc ``handle`` dropped (its ``-s`` statistics; 0 when it is absent)."""
     return int(_by_handle(qdiscs).get(handle, {}).get("drops", 0))
