@@ -190,9 +190,19 @@ class LinkProfile(Strict):
 
 
 class Step(LinkProfile):
-    """A change of a link's profile ``at_s`` seconds after the workers start."""
+    """A change of a link's profile ``at_s`` seconds after the workers start, or at the start
+    of iteration ``at_iteration`` (0-based, warm-up included; applied when rank 0 has finished
+    the iteration before, in the start-sync gap: see ``testbed.net.steps``)."""
 
-    at_s: float = Field(ge=0, description="seconds after the start of the run")
+    at_s: float | None = Field(None, ge=0, description="seconds after the start of the run")
+    at_iteration: int | None = Field(None, ge=0, description="start of this iteration "
+                                     "(0-based, warm-up included); instead of at_s")
+
+    @model_validator(mode="after")
+    def _one_time(self) -> "Step":
+        if (self.at_s is None) == (self.at_iteration is None):
+            raise ValueError("a step gives at_s or at_iteration (one of them)")
+        return self
 
 
 class InterDCLink(LinkProfile):
@@ -203,6 +213,13 @@ class InterDCLink(LinkProfile):
     reverse: LinkProfile | None = None
     steps: list[Step] = Field(default_factory=list)
     trace_csv: str | None = Field(None, description="CSV with at_s and profile columns")
+
+    @model_validator(mode="after")
+    def _one_clock(self) -> "InterDCLink":
+        if len({st.at_s is None for st in self.steps}) > 1:
+            raise ValueError("a link's steps are all at_s or all at_iteration: mixed, their "
+                             "order is not defined")
+        return self
 
     def own_profile(self) -> LinkProfile:
         """Only the profile fields this entry sets (not dcs, reverse, steps)."""
@@ -235,6 +252,22 @@ class ResolvedLink(BaseModel):
     @property
     def name(self) -> str:
         return f"{self.a}-{self.b}"
+
+    def step_profiles(self) -> list[tuple[Step, LinkProfile, LinkProfile]]:
+        """(step, a→b profile, b→a profile) after each step, in the steps' order (at_s or
+        at_iteration); each step changes the profile in force before it."""
+        fwd, rev, out = self.a_to_b, self.b_to_a, []
+        for st in sorted(self.steps, key=step_order):
+            over = LinkProfile(**{k: v for k, v in st.set_fields().items()
+                                  if k not in ("at_s", "at_iteration")})
+            fwd, rev = fwd.merged(over), rev.merged(over)
+            out.append((st, fwd, rev))
+        return out
+
+
+def step_order(st: Step) -> tuple[int, float]:
+    """Sort key of steps: at_s ones by time, then at_iteration ones by iteration."""
+    return (0, st.at_s) if st.at_s is not None else (1, float(st.at_iteration))
 
 
 class Topology(Strict):

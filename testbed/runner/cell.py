@@ -13,7 +13,6 @@ from typing import Any
 from testbed.errors import TestbedError
 from testbed.launch.celldir import CellDir
 from testbed.launch.supervise import watch_workers
-from testbed.metrics import metrics_from_traces
 from testbed.net.backends.base import Backend
 from testbed.net.network import Network
 from testbed.net.measure import LinkMeasurement, measure_link
@@ -23,7 +22,9 @@ from testbed.topology import ResolvedLink
 from testbed.perfetto import export
 from testbed.plan import CellPlan
 from testbed.runner import columns
+from testbed.runner.series import measure
 from testbed.runner.store import RunStore
+from testbed.runner.tracewatch import IterationWatch
 from testbed.runner.workers import start_workers
 
 log = logging.getLogger(__name__)
@@ -87,11 +88,12 @@ class CellRunner:
                                                 Path(cell_dir.net), stack)
             row.update(_measured_links(net, plan.links, exp.measure_links))
             procs = start_workers(net, plan, cell_dir, stack)
-            player = _start_steps(shaper, plan.links, stack)
+            player = _start_steps(shaper, plan.links, stack,
+                                  IterationWatch(Path(cell_dir.trace(0))).done)
             watch_workers(procs, exp.timeout_s, Path(cell_dir.root))
             row.update(_drops(shaper))
             _write_json(Path(cell_dir.steps), player.applied)
-        row.update(metrics_from_traces(Path(cell_dir.root), exp.workload))
+        row.update(measure(Path(cell_dir.root), plan, player))
         export(Path(cell_dir.root))
         return row
 
@@ -110,9 +112,10 @@ def _measured_links(net: Network, links: list[ResolvedLink], measure: bool) -> d
     return out
 
 
-def _start_steps(shaper: Shaper, links: list[ResolvedLink], stack: ExitStack) -> StepPlayer:
+def _start_steps(shaper: Shaper, links: list[ResolvedLink], stack: ExitStack,
+                 iterations) -> StepPlayer:
     """Start playing the links' time-varying steps; stopped (and its errors raised) on close."""
-    player = StepPlayer(shaper, links)
+    player = StepPlayer(shaper, links, iterations=iterations)
     player.start()
     stack.callback(player.stop)
     return player

@@ -14,11 +14,12 @@ HEAD = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
 SETTINGS = ["backend", "shaper", "placement", "placement_stage_dcs", "schedule", "executor",
             "compute_mode", "pp", "dp", "chunks", "microbatches"]
 MEASURED = ["iteration_time_s", "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max",
-            "bubble_ratio_megatron", "throughput_tokens_s", "throughput_samples_s",
-            "exposed_comm_s"]
+            "bubble_ratio_megatron", "wall_time_per_iteration_s", "throughput_tokens_s",
+            "throughput_samples_s", "iteration_throughput_tokens_s",
+            "iteration_throughput_samples_s", "exposed_comm_s"]
 PREDICTED = ["predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_exposed_comm_s",
              "predicted_peak_inflight"]
-FILLER = ["utilization", "training_utilization", "filler_requests_per_s",
+FILLER = ["filler_basis", "utilization", "training_utilization", "filler_requests_per_s",
           "filler_tokens_per_s", "filler_overrun_s"]
 BOOKKEEPING = ["iterations_measured", "delayline_drops", "queue_drops", "started_at",
                "duration_s"]
