@@ -60,26 +60,79 @@ def _run(args: argparse.Namespace) -> int:
         return 130
     if store.rows:
         build_report(store.root)
-        _print_results(console, store, results_table(store.frame()))
+        _print_results(console, store, results_table(store.frame(), store.root))
     return code
 
 
-def _print_results(console: Console, store, table) -> None:
-    from testbed.runner import columns
+# one column's frame in a rich table: a space of padding each side and a rule
+_FRAME = 3
+# end-table headers: short names for the metrics (the rest: the last part of a dotted name)
+_TITLES = {"n": "iters", "iteration_time_s": "iter s", "iteration_time_s_ci": "iter s 95% CI",
+           "bubble_ratio": "bubble", "bubble_ratio_ci": "bubble 95% CI",
+           "throughput_tokens_s": "tokens/s", "exposed_comm_s": "comm wait s",
+           "predicted_iteration_time_s": "pred iter s", "predicted_bubble_ratio": "pred bubble"}
 
-    t = Table(title="results")
-    for c in table.columns:
-        t.add_column(columns.SHORT_TITLES.get(c, c.rsplit(".", 1)[-1]), no_wrap=True)
-    for row in table.itertuples(index=False):
-        t.add_row(*(_cell(v) for v in row))
-    console.print(t)
+
+def _print_results(console: Console, store, table) -> None:
+    """The end-of-run table: every number whole at the console's width (headers wrap; when
+    the columns do not fit side by side they are split over several tables, each led by the
+    cell id)."""
+    cells = _end_cells(table)
+    width = console.width or 120
+    parts = _fit(cells, width)
+    for part in parts:
+        t = Table(title="results" if part is parts[0] else "results (continued)")
+        for c in part:
+            t.add_column(_TITLES.get(c, c.rsplit(".", 1)[-1]), overflow="fold",
+                         min_width=max(len(v) for v in cells[c]) if cells[c] else None)
+        for i in range(len(cells["cell_id"])):
+            t.add_row(*(cells[c][i] for c in part))
+        console.print(t)
     console.print(f"csv: {store.csv_path}")
     console.print(f"summary: {store.root / 'summary.md'}")
     console.print(f"plots: {store.root / 'plots'}")
 
 
+def _end_cells(table) -> dict[str, list[str]]:
+    """Column name → the text of each line, in the order shown; a metric's interval bounds
+    become one '[low, high]' column after it."""
+    out: dict[str, list[str]] = {}
+    for c in table.columns:
+        if c.endswith(("_lo", "_hi")):
+            continue
+        out[c] = [_cell(v) for v in table[c]]
+        if f"{c}_lo" in table:
+            out[f"{c}_ci"] = [_interval(lo, hi) for lo, hi in zip(table[f"{c}_lo"],
+                                                                 table[f"{c}_hi"])]
+    return out
+
+
+def _fit(cells: dict[str, list[str]], width: int) -> list[list[str]]:
+    """The columns split into groups that fit ``width`` (each group led by cell_id)."""
+    def need(c: str) -> int:
+        words = _TITLES.get(c, c.rsplit(".", 1)[-1]).split()
+        return max([len(v) for v in cells[c]] + [max(map(len, words))]) + _FRAME
+    lead, rest = ["cell_id"], [c for c in cells if c != "cell_id"]
+    groups, used = [list(lead)], 1 + need("cell_id")
+    for c in rest:
+        if used + need(c) > width and len(groups[-1]) > 1:
+            groups.append(list(lead))
+            used = 1 + need("cell_id")
+        groups[-1].append(c)
+        used += need(c)
+    return groups
+
+
+def _interval(lo, hi) -> str:
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return "n<6"
+    return f"[{_cell(lo)}, {_cell(hi)}]"
+
+
 def _cell(v) -> str:
     if isinstance(v, float):
+        if v != v:
+            return ""
         return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3f}"
     return str(v)
 

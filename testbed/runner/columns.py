@@ -27,13 +27,8 @@ BODY = SETTINGS + MEASURED + PREDICTED + FILLER + BOOKKEEPING
 LINK_PREFIX = "link_"
 STATUSES = ("ok", "failed", "skipped")
 
-# the headline metrics: per-axis summaries and plots; the end table adds the prediction
+# the headline metrics
 METRICS = ["iteration_time_s", "bubble_ratio", "throughput_tokens_s", "exposed_comm_s"]
-TABLE_METRICS = METRICS + ["predicted_iteration_time_s", "predicted_bubble_ratio"]
-SHORT_TITLES = {"iteration_time_s": "iter s", "bubble_ratio": "bubble",
-                "throughput_tokens_s": "tokens/s", "exposed_comm_s": "comm wait s",
-                "predicted_iteration_time_s": "pred iter s",
-                "predicted_bubble_ratio": "pred bubble"}
 
 
 def is_link_column(name: str) -> bool:
