@@ -40,7 +40,7 @@ def add_subcommands(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from testbed.runner.report import build_report, results_table
+    from testbed.runner.report import axis_tables, build_report, results_table
     from testbed.runner.run import Interrupted, RunOptions, run_experiment
 
     console = Console(width=None if sys.stdout.isatty() else 120)  # CI logs: no squeezing
@@ -60,37 +60,42 @@ def _run(args: argparse.Namespace) -> int:
         return 130
     if store.rows:
         build_report(store.root)
-        _print_results(console, store, results_table(store.frame(), store.root))
+        _print_results(console, store, results_table(store.frame(), store.root),
+                       axis_tables(store.frame(), store.root))
     return code
 
 
 # one column's frame in a rich table: a space of padding each side and a rule
 _FRAME = 3
 # end-table headers: short names for the metrics (the rest: the last part of a dotted name)
-_TITLES = {"n": "iters", "iteration_time_s": "iter s", "iteration_time_s_ci": "iter s 95% CI",
-           "bubble_ratio": "bubble", "bubble_ratio_ci": "bubble 95% CI",
+_TITLES = {"n": "iters", "iteration_time_s": "iter s", "iteration_time_s_ci": "95% CI",
+           "bubble_ratio": "bubble", "bubble_ratio_ci": "95% CI",
            "throughput_tokens_s": "tokens/s", "exposed_comm_s": "comm wait s",
            "predicted_iteration_time_s": "pred iter s", "predicted_bubble_ratio": "pred bubble"}
 
 
-def _print_results(console: Console, store, table) -> None:
-    """The end-of-run table: every number whole at the console's width (headers wrap; when
-    the columns do not fit side by side they are split over several tables, each led by the
-    cell id)."""
-    cells = _end_cells(table)
-    width = console.width or 120
-    parts = _fit(cells, width)
-    for part in parts:
-        t = Table(title="results" if part is parts[0] else "results (continued)")
-        for c in part:
-            t.add_column(_TITLES.get(c, c.rsplit(".", 1)[-1]), overflow="fold",
-                         min_width=max(len(v) for v in cells[c]) if cells[c] else None)
-        for i in range(len(cells["cell_id"])):
-            t.add_row(*(cells[c][i] for c in part))
-        console.print(t)
+def _print_results(console: Console, store, table, by_axis=()) -> None:
+    """The end-of-run tables, per cell and per axis value (medians with their 95 %
+    interval): every number whole at the console's width (headers wrap; when the columns do
+    not fit side by side they are split over several tables, each led by the first column)."""
+    _print_table(console, "results", _end_cells(table))
+    for axis, t in by_axis:
+        _print_table(console, f"by {axis.rsplit('.', 1)[-1]}", _end_cells(t))
     console.print(f"csv: {store.csv_path}")
     console.print(f"summary: {store.root / 'summary.md'}")
     console.print(f"plots: {store.root / 'plots'}")
+
+
+def _print_table(console: Console, title: str, cells: dict[str, list[str]]) -> None:
+    width = console.width or 120
+    parts = _fit(cells, width)
+    for part in parts:
+        t = Table(title=title if part is parts[0] else f"{title} (continued)")
+        for c, w in zip(part, _widths(cells, part, width)):
+            t.add_column(_title(c), overflow="fold", width=w)
+        for i in range(len(cells[part[0]])):
+            t.add_row(*(cells[c][i] for c in part))
+        console.print(t)
 
 
 def _end_cells(table) -> dict[str, list[str]]:
@@ -108,19 +113,40 @@ def _end_cells(table) -> dict[str, list[str]]:
 
 
 def _fit(cells: dict[str, list[str]], width: int) -> list[list[str]]:
-    """The columns split into groups that fit ``width`` (each group led by cell_id)."""
+    """The columns split into groups that fit ``width`` (each led by the first column)."""
     def need(c: str) -> int:
-        words = _TITLES.get(c, c.rsplit(".", 1)[-1]).split()
-        return max([len(v) for v in cells[c]] + [max(map(len, words))]) + _FRAME
-    lead, rest = ["cell_id"], [c for c in cells if c != "cell_id"]
-    groups, used = [list(lead)], 1 + need("cell_id")
+        return _least(cells, c) + _FRAME
+    first = next(iter(cells))
+    lead, rest = [first], [c for c in cells if c != first]
+    groups, used = [list(lead)], 1 + need(first)
     for c in rest:
         if used + need(c) > width and len(groups[-1]) > 1:
             groups.append(list(lead))
-            used = 1 + need("cell_id")
+            used = 1 + need(first)
         groups[-1].append(c)
         used += need(c)
     return groups
+
+
+def _title(c: str) -> str:
+    return _TITLES.get(c, c.rsplit(".", 1)[-1])
+
+
+def _least(cells: dict[str, list[str]], c: str) -> int:
+    """A column's least width: its longest value, and its header's longest word."""
+    return max([len(v) for v in cells[c]] + [max(map(len, _title(c).split()))])
+
+
+def _widths(cells: dict[str, list[str]], part: list[str], width: int) -> list[int]:
+    """Each column's width: its least, then what is left of ``width`` given to headers
+    that would otherwise wrap, in column order."""
+    out = [_least(cells, c) for c in part]
+    left = width - 1 - sum(w + _FRAME for w in out)
+    for k, c in enumerate(part):
+        extra = max(0, min(left, len(_title(c)) - out[k]))
+        out[k] += extra
+        left -= extra
+    return out
 
 
 def _interval(lo, hi) -> str:

@@ -50,6 +50,13 @@ def results_table(df: pd.DataFrame, run_dir: Path) -> pd.DataFrame:
     return tables.cell_table(df, run_dir)
 
 
+def axis_tables(df: pd.DataFrame, run_dir: Path) -> list[tuple[str, pd.DataFrame]]:
+    """(axis, one line per value over the ok rows) for every axis with more than one value."""
+    ok = df[df["status"] == "ok"]
+    return [(axis, tables.axis_table(df, run_dir, axis)) for axis in tables.axes(df)
+            if len(ok) and ok[axis].astype(str).nunique() > 1]
+
+
 def _summary(df: pd.DataFrame, run_dir: Path) -> Path:
     lines = [f"# {df['experiment'].iloc[0]} — run {df['run_id'].iloc[0]}", ""]
     n_ok = int((df["status"] == "ok").sum())
@@ -61,11 +68,9 @@ def _summary(df: pd.DataFrame, run_dir: Path) -> Path:
               "iterations). tokens/s counts the gaps between iterations "
               "(`iteration_throughput_tokens_s` leaves them out).", "",
               "## All cells", "", tables.markdown(tables.with_ci_text(cells)), ""]
-    ok = df[df["status"] == "ok"]
-    for axis in names:
-        if len(ok) and ok[axis].astype(str).nunique() > 1:
-            by = tables.with_ci_text(tables.axis_table(df, run_dir, axis))
-            lines += [f"## By {axis} (pooled over the other axes)", "", tables.markdown(by), ""]
+    for axis, by in axis_tables(df, run_dir):
+        lines += [f"## By {axis} (pooled over the other axes)", "",
+                  tables.markdown(tables.with_ci_text(by)), ""]
     lines += sections.delay_bubble_section(cells, names)
     lines += sections.phase_section(df, run_dir)
     failed = df[df["status"] != "ok"]
