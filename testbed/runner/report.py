@@ -62,11 +62,15 @@ def _summary(df: pd.DataFrame, run_dir: Path) -> Path:
     n_ok = int((df["status"] == "ok").sum())
     cells = tables.cell_table(df, run_dir)
     names = tables.axes(df)
+    per_iteration = any(Path(run_dir, "cells").glob("*/iterations.csv"))
     lines += [f"{len(df)} rows: {n_ok} ok, {len(df) - n_ok} failed or skipped.", "",
               "Medians over every measured iteration of every repeat (`n` iterations); "
+              if per_iteration else "This run has no per-iteration series (`iterations.csv`"
+              ", recorded before it existed): `n` counts rows, each the row's median; ",
               "[low, high] is the 95 % order-statistic interval of the median (none below 6 "
-              "iterations). tokens/s counts the gaps between iterations "
-              "(`iteration_throughput_tokens_s` leaves them out).", "",
+              "values). tokens/s counts the gaps between iterations "
+              "(`iteration_throughput_tokens_s` leaves them out; older runs: one batch per "
+              "median iteration).", "",
               "## All cells", "", tables.markdown(tables.with_ci_text(cells)), ""]
     for axis, by in axis_tables(df, run_dir):
         lines += [f"## By {axis} (pooled over the other axes)", "",

@@ -91,7 +91,7 @@ def markdown(df: pd.DataFrame) -> str:
     """A markdown table; floats with 4 significant digits, missing values empty."""
     def fmt(v):
         if isinstance(v, float):
-            return "" if pd.isna(v) else f"{v:.4g}"
+            return "" if pd.isna(v) else f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
         return str(v)
     head = "| " + " | ".join(df.columns) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
