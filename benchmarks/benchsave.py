@@ -69,7 +69,8 @@ def saved(name: str, save: bool) -> Iterator[Saved]:
     with contextlib.redirect_stdout(_Tee(sys.stdout, buf)):
         yield out
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    command = shlex.join([".venv/bin/python", f"benchmarks/{name}.py"] + sys.argv[1:])
+    command = shlex.join([".venv/bin/python", f"benchmarks/{Path(sys.argv[0]).name}"]
+                         + sys.argv[1:])
     head = (f"# {name}\n\nWritten by `{command}` on "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()} "
             f"({os.cpu_count()} CPUs, Linux {platform.release()}).\n\n```text\n")
