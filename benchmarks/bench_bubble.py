@@ -5,10 +5,11 @@ Theory for both: bubble (idle / span) = (p − 1) / (m + p − 1) and iteration 
 (m + p − 1)(F + B). Target (worker issue): measured bubble within 2 percentage points.
 The same check runs in tests/train/test_workers.py; this prints the numbers.
 
-Run: ``.venv/bin/python benchmarks/bench_bubble.py`` (no root; about 1 minute).
+Run: ``.venv/bin/python benchmarks/bench_bubble.py [--save]`` (no root; about 1 minute).
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -17,12 +18,25 @@ from testbed.metrics import metrics_from_traces
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 from testbed.launch.loopback import run_local
 
+from benchsave import add_save, saved
+
 P, F_MS, B_MS = 4, 20, 40
 TARGET_PP = 2.0
 
 
 def main() -> int:
-    ok = True
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_save(ap)
+    args = ap.parse_args()
+    with saved("bench_bubble", args.save) as out:
+        ok, rows = table()
+        out.rows(rows)
+    return 0 if ok else 1
+
+
+def table() -> tuple[bool, list[dict]]:
+    """Run every schedule × m and print the table; (every target met, rows)."""
+    ok, rows = True, []
     print(f"{'schedule':8} {'m':>3} {'theory':>7} {'bubble':>7} {'diff pp':>8} "
           f"{'ideal s':>8} {'iter s':>7} {'iter/ideal':>10}  target ±{TARGET_PP:g} pp")
     for schedule in ("gpipe", "1f1b"):
@@ -39,10 +53,13 @@ def main() -> int:
             diff = (got["bubble_ratio"] - theory) * 100
             good = abs(diff) <= TARGET_PP
             ok &= good
+            rows.append({"schedule": schedule, "m": m, "theory": round(theory, 4),
+                         "bubble": got["bubble_ratio"], "ideal_s": ideal,
+                         "iteration_time_s": got["iteration_time_s"]})
             print(f"{schedule:8} {m:3d} {theory:7.3f} {got['bubble_ratio']:7.3f} {diff:+8.2f} "
                   f"{ideal:8.3f} {got['iteration_time_s']:7.3f} "
                   f"{got['iteration_time_s'] / ideal:10.3f}  {'PASS' if good else 'FAIL'}")
-    return 0 if ok else 1
+    return ok, rows
 
 
 if __name__ == "__main__":

@@ -6,10 +6,11 @@ prints the median build, teardown and total time with the ratio against netns. E
 network is checked with one cross-DC ping (outside the timed part) so that a broken build is
 not timed as a fast one. Target (network-build issue): netns total ≤ 3 s.
 
-Run as root: ``.venv/bin/python benchmarks/bench_build.py``.
+Run as root: ``.venv/bin/python benchmarks/bench_build.py [--save]``.
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from testbed.net import ledger as ledgers
 from testbed.net.backends import get_backend
 from testbed.net.ledger import Ledger, new_tag
 from testbed.topology import DC, Topology
+
+from benchsave import add_save, saved
 
 BACKENDS = ("netns", "mininet")
 REPEATS = 3
@@ -61,7 +64,18 @@ def one_run(backend: str, topo: Topology) -> tuple[float, float]:
 
 
 def main() -> int:
-    topo = topology()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_save(ap)
+    args = ap.parse_args()
+    with saved("bench_build", args.save) as out:
+        ok, med = report(topology())
+        out.rows([{"backend": b, "build_s": round(v[0], 3), "teardown_s": round(v[1], 3),
+                   "total_s": round(v[2], 3)} for b, v in med.items()])
+    return 0 if ok else 1
+
+
+def report(topo: Topology) -> tuple[bool, dict]:
+    """Time every backend, print the table; (target met, backend → medians)."""
     times: dict[str, list[tuple[float, float]]] = {b: [] for b in BACKENDS}
     for _ in range(REPEATS):
         for backend in BACKENDS:
@@ -77,7 +91,7 @@ def main() -> int:
     ok = med["netns"][2] <= TARGET_NETNS_TOTAL_S
     print(f"target: netns total ≤ {TARGET_NETNS_TOTAL_S:.0f} s: "
           f"{med['netns'][2]:.2f} s → {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    return ok, med
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ full-stage units (per-rank peak / chunks). Targets: the best cross-DC-aware sche
 below 1F1B's iteration time at equal memory (every stage ≤ 1F1B's peak, 4); GeoPipe's overlap
 cuts 1F1B's bubble by ≥ 50 %.
 
-    .venv/bin/python benchmarks/bench_crossdc.py        # ~1 min (the MILP runs up to 60 s)
+    .venv/bin/python benchmarks/bench_crossdc.py [--save]   # ~1 min (the MILP runs up to 60 s)
 
 No root, no processes: the simulator only.
 """
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import time
+
+from benchsave import add_save, saved
 
 from testbed.schedule.crossdc import Boundary, CrossDCContext
 from testbed.schedule.generators import generate
@@ -122,12 +124,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--message-mib", type=float, default=2.0,
                     help="activation bytes per message (MiB) for the 1 Gbit/s case")
+    add_save(ap)
     args = ap.parse_args()
     nbytes = int(args.message_mib * 2**20)
     head = f"pp={PP} (2 DCs × 2), m={M}, F={F_MS:g} ms, B={B_MS:g} ms, delay {DELAY_MS:g} ms"
-    print_table(f"{head}, unlimited rate", rows_for(None, nbytes))
-    print_table(f"{head}, 1 Gbit/s, {args.message_mib:g} MiB per message",
-                rows_for(1000.0, nbytes))
+    with saved("bench_crossdc", args.save) as out:
+        for rate, title in ((None, f"{head}, unlimited rate"),
+                            (1000.0, f"{head}, 1 Gbit/s, {args.message_mib:g} MiB per message")):
+            rows = rows_for(rate, nbytes)
+            print_table(title, rows)
+            out.rows([{"rate_mbit": rate or "unlimited", **r} for r in rows])
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from testbed.net.backends import emulated_network  # noqa: E402
 from testbed.net.measure import rtt, throughput  # noqa: E402
 from testbed.topology import LinkProfile, Topology  # noqa: E402
 
+from benchsave import add_save, saved  # noqa: E402
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # TCP payload per Ethernet frame at MTU 1500 with timestamps: 1448 of 1514 bytes.
 PAYLOAD_SHARE = 1448 / 1514
@@ -145,14 +147,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0, help="per throughput test")
     ap.add_argument("--pings", type=int, default=100)
+    add_save(ap)
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (namespaces, tc, iptables)", file=sys.stderr)
         return 3
-    console = Console(width=150)
-    bench_unshaped(args.seconds, console)
-    bench_rtt(args.pings, console)
-    bench_shaped(args.seconds, console)
+    with saved("bench_delayline", args.save):
+        console = Console(width=150)
+        bench_unshaped(args.seconds, console)
+        bench_rtt(args.pings, console)
+        bench_shaped(args.seconds, console)
     return 0
 
 

@@ -21,6 +21,7 @@ Run: ``.venv/bin/python benchmarks/bench_filler.py`` (no root; about 2 minutes).
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import tempfile
@@ -29,6 +30,8 @@ from pathlib import Path
 from testbed.metrics import load_traces, metrics_from_traces
 from testbed.spec import Compute, Filler, ModelSpec, Parallel, Workload
 from testbed.launch.loopback import run_local
+
+from benchsave import add_save, saved
 
 REPEATS = 2
 TARGET_UTILIZATION, TARGET_SLOWDOWN = 0.85, 0.02
@@ -68,12 +71,29 @@ def measure(name: str) -> dict:
     return got
 
 
+def _basis(rs: list[dict]) -> dict:
+    """Whether the filler's figures are measured (real prefill) or modelled (emulated)."""
+    return {"filler_basis": rs[0].get("filler_basis", "-")}
+
+
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_save(ap)
+    args = ap.parse_args()
+    with saved("bench_filler", args.save) as out:
+        ok, mean = table()
+        out.rows([{"filler": name, **m} for name, m in mean.items()])
+    return 0 if ok else 1
+
+
+def table() -> tuple[bool, dict]:
+    """Run every filler, print the table; (targets met, filler → mean figures)."""
     runs: dict[str, list[dict]] = {name: [] for name in FILLERS}
     for _ in range(REPEATS):
         for name in FILLERS:
             runs[name].append(measure(name))
-    mean = {name: {k: statistics.fmean(r[k] for r in rs) for k in rs[0]}
+    mean = {name: {k: statistics.fmean(r[k] for r in rs) for k in rs[0]
+                   if isinstance(rs[0][k], (int, float))} | _basis(rs)
             for name, rs in runs.items()}
     base = mean["none"]
     print(f"{'filler':8} {'iter s':>7} {'change':>7} {'period s':>8} {'change':>7} "
@@ -94,7 +114,7 @@ def main() -> int:
               f"{pchange:+7.2%} {m['margin_s'] * 1e3:9.1f} {1 - m['bubble_ratio']:10.3f} {m['utilization']:6.3f} "
               f"{m.get('filler_requests_per_s', 0):7.1f} {m.get('filler_tokens_per_s', 0):8.0f} "
               f"{m.get('filler_overrun_s', 0) * 1e3:10.2f}  {verdict}")
-    return 0 if ok else 1
+    return ok, mean
 
 
 if __name__ == "__main__":

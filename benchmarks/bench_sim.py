@@ -24,9 +24,12 @@ from rich.table import Table
 from testbed.metrics import load_traces, metrics_from_traces
 from testbed.topology import DC, Topology
 from testbed.schedule.registry import SCHEDULES
-from testbed.sim import predict
+from testbed.plan import plan_cell
+from testbed.spec.matrix import Cell
 from testbed.spec import Compute, Experiment, ModelSpec, Parallel, Workload
 from testbed.launch.loopback import run_local
+
+from benchsave import add_save, saved
 
 TARGET_PCT = 5.0  # issue 6: simulator vs measured iteration time
 F_MS, B_MS = 20.0, 40.0
@@ -39,6 +42,11 @@ def workload(schedule: str, pp: int, model: ModelSpec = TINY, iterations: int = 
     return Workload(model=model, parallel=Parallel(pp=pp), schedule=schedule,
                     chunks=CHUNKS[schedule], microbatches=2 * pp, iterations=iterations,
                     warmup=1, compute=Compute(forward_ms=F_MS, backward_ms=B_MS))
+
+
+def predict(exp: Experiment) -> dict:
+    """The simulator's prediction of an experiment's single cell (its plan's)."""
+    return plan_cell(Cell(0, "bench", {}, exp)).prediction
 
 
 def loopback_experiment(w: Workload) -> Experiment:
@@ -159,8 +167,8 @@ RECORDED_EXPERIMENT = Path("experiments/quickstart.yaml")
 RECORDED_CSV = Path("results/quickstart-example/results.csv")
 
 
-def recorded() -> None:
-    """Predictions for the cells of a recorded run (no workers are started)."""
+def recorded() -> list[dict]:
+    """Predictions for the cells of a recorded run (no workers are started); the rows."""
     import csv
 
     from testbed.spec import load_experiment
@@ -170,16 +178,21 @@ def recorded() -> None:
     t = Table(title=f"simulator vs {RECORDED_CSV} (recorded, emulated network)")
     for c in ("cell", "measured s", "predicted s", "error %", "bubble", "bubble pred"):
         t.add_column(c, justify="right")
+    rows = []
     with open(RECORDED_CSV, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             cell = next(c for c in cells
                         if all(str(v) == row[k] for k, v in c.params.items()))
-            pred = predict(cell.experiment)
+            pred = plan_cell(cell).prediction
             got, want = float(row["iteration_time_s"]), pred["predicted_iteration_time_s"]
             t.add_row(cell.label, f"{got:.4f}", f"{want:.4f}",
                       f"{100 * (want - got) / got:+.1f}", f"{float(row['bubble_ratio']):.3f}",
                       f"{pred['predicted_bubble_ratio']:.3f}")
+            rows.append({"cell": cell.label, "measured_s": got, "predicted_s": want,
+                         "bubble": float(row["bubble_ratio"]),
+                         "bubble_predicted": pred["predicted_bubble_ratio"]})
     Console(width=160).print(t)
+    return rows
 
 
 def main() -> int:
@@ -188,16 +201,22 @@ def main() -> int:
                     help="measure the executor's fixed costs instead of comparing")
     ap.add_argument("--recorded", action="store_true",
                     help=f"compare with {RECORDED_CSV} instead of running workers")
+    add_save(ap)
     args = ap.parse_args()
-    if args.recorded:
-        recorded()
-        return 0
-    with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
-        if args.calibrate:
-            calibrate(Path(tmp))
+    name = "bench_sim" + ("_recorded" if args.recorded else "_calibrate" if args.calibrate
+                          else "")
+    with saved(name, args.save) as out:
+        if args.recorded:
+            out.rows(recorded())
             return 0
-        ok = print_table(compare(Path(tmp)))
-    print("PASS" if ok else "FAIL", f"(every cell within ±{TARGET_PCT:g} %)")
+        with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
+            if args.calibrate:
+                calibrate(Path(tmp))
+                return 0
+            rows = compare(Path(tmp))
+            ok = print_table(rows)
+            out.rows(rows)
+        print("PASS" if ok else "FAIL", f"(every cell within ±{TARGET_PCT:g} %)")
     return 0 if ok else 1
 
 

@@ -14,6 +14,7 @@ Run: ``.venv/bin/python benchmarks/bench_tracing.py`` (no root needed; about 3 m
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import tempfile
@@ -24,6 +25,8 @@ from testbed.metrics import load_traces, per_iteration
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 from testbed.launch.loopback import run_local
 from testbed.train.trace import Tracer
+
+from benchsave import add_save, saved
 
 REPEATS = 7
 TARGET = 0.01
@@ -69,6 +72,19 @@ def record_cost_s(n: int = 200_000) -> float:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_save(ap)
+    args = ap.parse_args()
+    with saved("bench_tracing", args.save) as out:
+        ok, rows = table()
+        out.rows([dict(zip(("workload", "untraced_s", "traced_s", "overhead", "overhead_min",
+                            "overhead_max", "records_per_rank_iteration", "bound"), r))
+                  for r in rows])
+    return 0 if ok else 1
+
+
+def table() -> tuple[bool, list[tuple]]:
+    """Time traced vs untraced iterations, print the table; (targets met, rows)."""
     cost = record_cost_s()
     rows, ok = [], True
     for name, w in CONFIGS.items():
@@ -93,7 +109,7 @@ def main() -> int:
         verdict = "PASS" if ov <= TARGET and bound <= TARGET else "FAIL"
         print(f"{name:40} {off * 1e3:11.1f} {on * 1e3:9.1f} {ov:+9.2%} "
               f"{lo:+8.2%}…{hi:+7.2%} {n:11.0f} {bound:7.3%}  {verdict}")
-    return 0 if ok else 1
+    return ok, rows
 
 
 if __name__ == "__main__":

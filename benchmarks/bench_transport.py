@@ -26,6 +26,8 @@ import yaml
 
 from testbed.metrics import load_traces, transfer_times
 
+from benchsave import add_save, saved
+
 ROOT = Path(__file__).resolve().parents[1]
 CONNECTIONS = [1, 2, 4, 8]
 DELAY_MS, RATE_MBIT, BUFFER_MB = 20, 1000, 0.25
@@ -55,7 +57,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=8, help="activation size, MiB")
     ap.add_argument("--iterations", type=int, default=5, help="warm-up included")
+    add_save(ap)
     args = ap.parse_args()
+    with saved("bench_transport", args.save) as out:
+        rows = measure(args)
+        if rows is None:
+            return 1
+        ok = report(args, rows)
+        out.rows([dict(zip(("connections", "transfer_s", "transfers", "iteration_time_s",
+                            "exposed_comm_s"), r)) for r in rows])
+    return 0 if ok else 1
+
+
+def measure(args) -> list[tuple] | None:
+    """Run the sweep; per connection count (n, median transfer s, transfers, iteration s,
+    exposed comm s), or None when the run failed."""
     with tempfile.TemporaryDirectory(prefix="bench-transport-") as d:
         exp = Path(d) / "exp.yaml"
         exp.write_text(yaml.safe_dump(experiment(args.mib, args.iterations)))
@@ -63,7 +79,7 @@ def main() -> int:
                              cwd=ROOT, capture_output=True, text=True)
         if res.returncode != 0:
             print(res.stdout + res.stderr, file=sys.stderr)
-            return 1
+            return None
         (run_dir,) = list((Path(d) / "bench-transport").iterdir())
         df = pd.read_csv(run_dir / "results.csv").sort_values("workload.connections")
         rows = []
@@ -72,6 +88,11 @@ def main() -> int:
             rows.append((int(r["workload.connections"]),
                          statistics.median(x["seconds"] for x in tr), len(tr),
                          r["iteration_time_s"], r["exposed_comm_s"]))
+    return rows
+
+
+def report(args, rows: list[tuple]) -> bool:
+    """Print the table; whether 4 connections reach the target."""
     mib_bytes = args.mib * (1 << 20)
     window_mbit = BUFFER_MB * (1 << 20) * 8 / (2 * DELAY_MS / 1e3) / 1e6
     print(f"{args.mib} MiB activation, {2 * DELAY_MS} ms RTT, {RATE_MBIT} Mbit/s link, "
@@ -87,7 +108,7 @@ def main() -> int:
     ratio4 = base / dict((n, t) for n, t, *_ in rows)[4]
     ok = ratio4 >= TARGET
     print(f"4 connections vs 1: {ratio4:.2f}× (target ≥ {TARGET:g}×): {'ok' if ok else 'MISSED'}")
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":

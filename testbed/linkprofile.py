@@ -177,6 +177,21 @@ class LinkProfile(Strict):
 
 
 class Step(LinkProfile):
-    """A change of a link's profile ``at_s`` seconds after the workers start."""
+    """A change of a link's profile ``at_s`` seconds after the workers start, or at the start
+    of iteration ``at_iteration`` (0-based, warm-up included; applied when rank 0 has finished
+    the iteration before, in the start-sync gap: see ``testbed.net.steps``)."""
 
-    at_s: float = Field(ge=0, description="seconds after the start of the run")
+    at_s: float | None = Field(None, ge=0, description="seconds after the start of the run")
+    at_iteration: int | None = Field(None, ge=0, description="start of this iteration "
+                                     "(0-based, warm-up included); instead of at_s")
+
+    @model_validator(mode="after")
+    def _one_time(self) -> "Step":
+        if (self.at_s is None) == (self.at_iteration is None):
+            raise ValueError("a step gives at_s or at_iteration (one of them)")
+        return self
+
+
+def step_order(st: Step) -> tuple[int, float]:
+    """Sort key of steps: at_s ones by time, then at_iteration ones by iteration."""
+    return (0, st.at_s) if st.at_s is not None else (1, float(st.at_iteration))

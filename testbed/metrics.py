@@ -8,13 +8,22 @@ records in that iteration; everything else is idle. Reported:
 - ``bubble_ratio``: idle / span, mean over ranks (then over iterations); ``bubble_ratio_max``
   the worst rank; ``bubble_ratio_megatron``: idle / busy (Megatron's (p−1)/m convention);
 - ``iteration_time_s`` (median) and ``iteration_time_p95_s`` of the spans;
-- ``throughput_tokens_s`` / ``throughput_samples_s``: one global batch per median iteration;
+- ``wall_time_per_iteration_s``: the mean time from one measured iteration's start to the
+  next's (the span plus the gap between iterations: closing barrier and start sync); with one
+  measured iteration, its span;
+- ``throughput_tokens_s`` / ``throughput_samples_s``: one global batch per
+  ``wall_time_per_iteration_s``: what training sustains, gaps included;
+- ``iteration_throughput_tokens_s`` / ``iteration_throughput_samples_s``: one global batch per
+  median span, gaps left out (the busy-time figure: an upper bound on the sustained rate);
 - ``exposed_comm_s``: time ranks spent blocked on communication (``wait`` records), mean over
   ranks, median over iterations.
 
 With ``workload.filler`` (bubble filling), ``fill`` records are the filler's busy time, clipped
 to the iteration's span (a fill in the gap after a rank's last action may run past it):
 
+- ``filler_basis``: ``measured`` when the filler ran real prefill, ``modelled`` when it was
+  emulated (it sleeps for the modelled prefill time: its utilization is what the model says
+  the filler would add, not something measured);
 - ``utilization``: (training compute + filler) / span per rank, mean over ranks and iterations;
   ``training_utilization``: compute / span (= 1 − ``bubble_ratio``);
 - ``filler_requests_per_s`` / ``filler_tokens_per_s``: requests (tokens) inside the spans over
@@ -89,7 +98,7 @@ def per_iteration(traces: dict[int, list[dict]]) -> list[dict[str, Any]]:
         if it in warm or len(d["t0"]) != len(traces):
             continue
         span = (max(d["t1"]) - min(d["t0"])) / 1e9
-        out.append({"iter": it, "span_s": span,
+        out.append({"iter": it, "span_s": span, "t0_ns": min(d["t0"]), "t1_ns": max(d["t1"]),
                     "busy_s": {r: v / 1e9 for r, v in d["busy"].items()},
                     "wait_s": {r: v / 1e9 for r, v in d["wait"].items()},
                     **_fills(d["fills"], min(d["t0"]), max(d["t1"]), d["busy"])})
@@ -111,38 +120,54 @@ def _fills(fills: list[tuple[int, dict]], t0: int, t1: int, ranks) -> dict[str, 
     return out
 
 
+def iteration_stats(i: dict) -> dict[str, float]:
+    """One measured iteration's bubble (mean and worst rank), Megatron bubble and exposed
+    communication (s, mean over ranks)."""
+    idle = {r: i["span_s"] - b for r, b in i["busy_s"].items()}
+    ratios = [idle[r] / i["span_s"] for r in idle]
+    busy = sum(i["busy_s"].values())
+    return {"bubble_ratio": statistics.fmean(ratios), "bubble_ratio_max": max(ratios),
+            "bubble_ratio_megatron": sum(idle.values()) / busy if busy else float("nan"),
+            "exposed_comm_s": statistics.fmean(i["wait_s"].values())}
+
+
+def wall_time_per_iteration(iters: list[dict]) -> float:
+    """Mean start-to-start time of consecutive measured iterations (s): span plus the gap
+    before the next; the span when only one iteration was measured."""
+    if len(iters) < 2:
+        return iters[0]["span_s"]
+    return (iters[-1]["t0_ns"] - iters[0]["t0_ns"]) / 1e9 / (iters[-1]["iter"] - iters[0]["iter"])
+
+
 def summarize(iters: list[dict], w: Workload) -> dict[str, Any]:
     """The CSV metrics from per-iteration spans and busy times."""
     if not iters:
         raise WorkerError("no measured iteration in the traces (iterations ≤ warm-up?)")
     spans = [i["span_s"] for i in iters]
-    bubbles, worst, megatron, exposed = [], [], [], []
-    for i in iters:
-        idle = {r: i["span_s"] - b for r, b in i["busy_s"].items()}
-        ratios = [idle[r] / i["span_s"] for r in idle]
-        bubbles.append(statistics.fmean(ratios))
-        worst.append(max(ratios))
-        busy = sum(i["busy_s"].values())
-        megatron.append(sum(idle.values()) / busy if busy else float("nan"))
-        exposed.append(statistics.fmean(i["wait_s"].values()))
-    t = statistics.median(spans)
+    stats = [iteration_stats(i) for i in iters]
+    t, wall = statistics.median(spans), wall_time_per_iteration(iters)
     samples = w.microbatches * w.microbatch_size * w.parallel.dp
     return {
         "iteration_time_s": round(t, 6),
         "iteration_time_p95_s": round(percentile(spans, 95), 6),
-        "bubble_ratio": round(statistics.fmean(bubbles), 6),
-        "bubble_ratio_max": round(max(worst), 6),
-        "bubble_ratio_megatron": round(statistics.fmean(megatron), 6),
-        "throughput_samples_s": round(samples / t, 4),
-        "throughput_tokens_s": round(samples * w.model.seq_len / t, 2),
-        "exposed_comm_s": round(statistics.median(exposed), 6),
+        "bubble_ratio": round(statistics.fmean(s["bubble_ratio"] for s in stats), 6),
+        "bubble_ratio_max": round(max(s["bubble_ratio_max"] for s in stats), 6),
+        "bubble_ratio_megatron": round(statistics.fmean(s["bubble_ratio_megatron"]
+                                                        for s in stats), 6),
+        "wall_time_per_iteration_s": round(wall, 6),
+        "throughput_samples_s": round(samples / wall, 4),
+        "throughput_tokens_s": round(samples * w.model.seq_len / wall, 2),
+        "iteration_throughput_samples_s": round(samples / t, 4),
+        "iteration_throughput_tokens_s": round(samples * w.model.seq_len / t, 2),
+        "exposed_comm_s": round(statistics.median(s["exposed_comm_s"] for s in stats), 6),
         "iterations_measured": len(iters),
-        **(_filler_summary(iters) if w.filler is not None else {}),
+        **(_filler_summary(iters, w.filler_mode) if w.filler is not None else {}),
     }
 
 
-def _filler_summary(iters: list[dict]) -> dict[str, Any]:
-    """Utilization with the filler's work counted, and the filler's throughput."""
+def _filler_summary(iters: list[dict], mode: str | None) -> dict[str, Any]:
+    """Utilization with the filler's work counted, and the filler's throughput; measured only
+    when the filler ran real prefill (``mode`` real), modelled when it was emulated."""
     util, train = [], []
     for i in iters:
         util.append(statistics.fmean((b + i["fill_s"][r]) / i["span_s"]
@@ -150,6 +175,7 @@ def _filler_summary(iters: list[dict]) -> dict[str, Any]:
         train.append(statistics.fmean(b / i["span_s"] for b in i["busy_s"].values()))
     total = sum(i["span_s"] for i in iters)
     return {
+        "filler_basis": "measured" if mode == "real" else "modelled",
         "utilization": round(statistics.fmean(util), 6),
         "training_utilization": round(statistics.fmean(train), 6),
         "filler_requests_per_s": round(sum(sum(i["fill_requests"].values())

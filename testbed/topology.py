@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
 # The link profile types are the topology's vocabulary: importable from here too.
 from testbed.linkprofile import (DC_NAME_PATTERN, IFNAMSIZ, MAX_DC_NAME, MAX_DELAY_MS,  # noqa: F401
-                                 TRANSIT_NET, GilbertElliott, LinkProfile, Step, Strict)
+                                 TRANSIT_NET, GilbertElliott, LinkProfile, Step, Strict,
+                                 step_order)
 
 
 class InterDCLink(LinkProfile):
@@ -30,6 +31,13 @@ class InterDCLink(LinkProfile):
     reverse: LinkProfile | None = None
     steps: list[Step] = Field(default_factory=list)
     trace_csv: str | None = Field(None, description="CSV with at_s and profile columns")
+
+    @model_validator(mode="after")
+    def _one_clock(self) -> "InterDCLink":
+        if len({st.at_s is None for st in self.steps}) > 1:
+            raise ValueError("a link's steps are all at_s or all at_iteration: mixed, their "
+                             "order is not defined")
+        return self
 
     def own_profile(self) -> LinkProfile:
         """Only the profile fields this entry sets (not dcs, reverse, steps)."""
@@ -62,6 +70,17 @@ class ResolvedLink(BaseModel):
     @property
     def name(self) -> str:
         return f"{self.a}-{self.b}"
+
+    def step_profiles(self) -> list[tuple[Step, LinkProfile, LinkProfile]]:
+        """(step, a→b profile, b→a profile) after each step, in the steps' order (at_s or
+        at_iteration); each step changes the profile in force before it."""
+        fwd, rev, out = self.a_to_b, self.b_to_a, []
+        for st in sorted(self.steps, key=step_order):
+            over = LinkProfile(**{k: v for k, v in st.set_fields().items()
+                                  if k not in ("at_s", "at_iteration")})
+            fwd, rev = fwd.merged(over), rev.merged(over)
+            out.append((st, fwd, rev))
+        return out
 
 
 class Topology(Strict):

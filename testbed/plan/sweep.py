@@ -10,6 +10,7 @@ import logging
 from testbed.errors import Problem, SpecError, TestbedError
 from testbed.placement import capacity_problem
 from testbed.plan.cellplan import CellPlan, plan_cell
+from testbed.plan.phases import at_iteration_problem
 from testbed.spec import Cell, LoadedExperiment
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ def capacity_problems(le: LoadedExperiment, cells: list[Cell] | None = None) -> 
         w = c.experiment.workload
         why = capacity_problem(c.experiment.topology, w.parallel.pp, w.parallel.dp,
                                c.experiment.placement)
+        why = why or at_iteration_problem(c.experiment)
         if why:
             out.append(_problem(le, c, why))
     return out

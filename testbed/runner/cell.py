@@ -23,7 +23,9 @@ from testbed.perfetto import export
 from testbed.plan import CellPlan
 from testbed.runner import columns
 from testbed.runner.measured import cell_metrics
+from testbed.runner.series import measure
 from testbed.runner.store import RunStore
+from testbed.runner.tracewatch import IterationWatch
 from testbed.runner.workers import start_workers
 
 log = logging.getLogger(__name__)
@@ -90,7 +92,8 @@ class CellRunner:
             row.update(_measured_links(net, plan.links, exp.measure_links))
             t0 = time.monotonic()
             procs = start_workers(net, plan, cell_dir, stack)
-            player = _start_steps(shaper, plan.links, stack)
+            player = _start_steps(shaper, plan.links, stack,
+                                  IterationWatch(Path(cell_dir.trace(0))).done)
             # a shaper that dies mid-run (a delay line) fails the cell at once, naming the link
             watch_workers(procs, exp.timeout_s, Path(cell_dir.root), check=shaper.check_alive)
             row["wall_time_s"] = round(time.monotonic() - t0, 3)
@@ -98,7 +101,7 @@ class CellRunner:
             shaper.verify()  # still as set at the end of the run
             row.update(_drops(shaper))
             _write_json(Path(cell_dir.steps), player.applied)
-        row.update(cell_metrics(Path(cell_dir.root), exp.workload))
+        row.update(_metrics(Path(cell_dir.root), plan, player))
         export(Path(cell_dir.root))
         return row
 
@@ -117,12 +120,22 @@ def _measured_links(net: Network, links: list[ResolvedLink], measure: bool) -> d
     return out
 
 
-def _start_steps(shaper: Shaper, links: list[ResolvedLink], stack: ExitStack) -> StepPlayer:
+def _start_steps(shaper: Shaper, links: list[ResolvedLink], stack: ExitStack,
+                 iterations) -> StepPlayer:
     """Start playing the links' time-varying steps; stopped (and its errors raised) on close."""
-    player = StepPlayer(shaper, links)
+    player = StepPlayer(shaper, links, iterations=iterations)
     player.start()
     stack.callback(player.stop)
     return player
+
+
+def _metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer) -> dict[str, Any]:
+    """The built-in worker's metrics with its per-iteration series (and the phased prediction
+    of a cell with steps); a program's, as far as its traces or output allow
+    (``metrics_source`` says how they were obtained)."""
+    if plan.experiment.workload.program is None:
+        return {**measure(cell_dir, plan, player), "metrics_source": "worker"}
+    return cell_metrics(cell_dir, plan.experiment.workload)
 
 
 def _drops(shaper: Shaper) -> dict[str, Any]:

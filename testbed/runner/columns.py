@@ -14,11 +14,12 @@ HEAD = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
 SETTINGS = ["backend", "shaper", "placement", "placement_stage_dcs", "schedule", "executor",
             "compute_mode", "schedule_rule", "pp", "dp", "chunks", "microbatches"]
 MEASURED = ["iteration_time_s", "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max",
-            "bubble_ratio_megatron", "throughput_tokens_s", "throughput_samples_s",
-            "exposed_comm_s"]
+            "bubble_ratio_megatron", "wall_time_per_iteration_s", "throughput_tokens_s",
+            "throughput_samples_s", "iteration_throughput_tokens_s",
+            "iteration_throughput_samples_s", "exposed_comm_s"]
 PREDICTED = ["predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_exposed_comm_s",
              "predicted_peak_inflight"]
-FILLER = ["utilization", "training_utilization", "filler_requests_per_s",
+FILLER = ["filler_basis", "utilization", "training_utilization", "filler_requests_per_s",
           "filler_tokens_per_s", "filler_overrun_s"]
 # metrics_source: how the measured columns were obtained (testbed.runner.measured);
 # wall_time_s: from starting the workers to the last one's exit
@@ -29,13 +30,8 @@ BODY = SETTINGS + MEASURED + PREDICTED + FILLER + BOOKKEEPING
 LINK_PREFIX = "link_"
 STATUSES = ("ok", "failed", "skipped")
 
-# the headline metrics: per-axis summaries and plots; the end table adds the prediction
+# the headline metrics
 METRICS = ["iteration_time_s", "bubble_ratio", "throughput_tokens_s", "exposed_comm_s"]
-TABLE_METRICS = METRICS + ["predicted_iteration_time_s", "predicted_bubble_ratio"]
-SHORT_TITLES = {"iteration_time_s": "iter s", "bubble_ratio": "bubble",
-                "throughput_tokens_s": "tokens/s", "exposed_comm_s": "comm wait s",
-                "predicted_iteration_time_s": "pred iter s",
-                "predicted_bubble_ratio": "pred bubble"}
 
 
 def is_link_column(name: str) -> bool:

@@ -12,12 +12,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from testbed.runner import columns  # noqa: E402
+from testbed.runner import columns, sections, tables  # noqa: E402
+from testbed.runner.phaseplot import phase_plots  # noqa: E402
 from testbed.runner.store import atomic_write, cell_path  # noqa: E402
 from testbed.traceformat import read_trace  # noqa: E402
 
 log = logging.getLogger(__name__)
-METRICS, TABLE_METRICS = columns.METRICS, columns.TABLE_METRICS
 COLORS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#55a868"}
 
 
@@ -40,31 +40,43 @@ def build_report(run_dir: Path) -> list[Path]:
     if len(ok):
         written += _metric_plots(ok, plots)
         written += _timeline_plot(ok, run_dir, plots)
+        written += phase_plots(ok, run_dir, plots)
     return written
 
 
-def results_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One line per cell (repeats averaged): swept values, status and the main metrics."""
-    metrics = [m for m in TABLE_METRICS if m in df]
-    cols = ["cell_id"] + swept_columns(df) + ["status"] + metrics
-    table = df[cols].copy()
-    for m in metrics:
-        table[m] = table[m].astype(float)
-    agg = {c: "first" for c in cols if c not in metrics and c != "cell_id"}
-    agg.update({m: "mean" for m in metrics})
-    return table.groupby("cell_id", sort=False).agg(agg).reset_index()
+def results_table(df: pd.DataFrame, run_dir: Path) -> pd.DataFrame:
+    """One line per cell: axis values, status, iterations pooled, the medians with their
+    95 % interval bounds (``<metric>_lo`` / ``_hi``) and the prediction."""
+    return tables.cell_table(df, run_dir)
+
+
+def axis_tables(df: pd.DataFrame, run_dir: Path) -> list[tuple[str, pd.DataFrame]]:
+    """(axis, one line per value over the ok rows) for every axis with more than one value."""
+    ok = df[df["status"] == "ok"]
+    return [(axis, tables.axis_table(df, run_dir, axis)) for axis in tables.axes(df)
+            if len(ok) and ok[axis].astype(str).nunique() > 1]
 
 
 def _summary(df: pd.DataFrame, run_dir: Path) -> Path:
     lines = [f"# {df['experiment'].iloc[0]} — run {df['run_id'].iloc[0]}", ""]
     n_ok = int((df["status"] == "ok").sum())
+    cells = tables.cell_table(df, run_dir)
+    names = tables.axes(df)
+    per_iteration = any(Path(run_dir, "cells").glob("*/iterations.csv"))
     lines += [f"{len(df)} rows: {n_ok} ok, {len(df) - n_ok} failed or skipped.", "",
-              "## All cells", "", _markdown(results_table(df)), ""]
-    ok = df[df["status"] == "ok"]
-    for axis in swept_columns(df):
-        if len(ok) and ok[axis].nunique() > 1:
-            by = ok.groupby(axis)[[m for m in METRICS if m in ok]].mean().reset_index()
-            lines += [f"## By {axis} (mean over the other axes)", "", _markdown(by), ""]
+              "Medians over every measured iteration of every repeat (`n` iterations); "
+              if per_iteration else "This run has no per-iteration series (`iterations.csv`"
+              ", recorded before it existed): `n` counts rows, each the row's median; ",
+              "[low, high] is the 95 % order-statistic interval of the median (none below 6 "
+              "values). tokens/s counts the gaps between iterations "
+              "(`iteration_throughput_tokens_s` leaves them out; older runs: one batch per "
+              "median iteration).", "",
+              "## All cells", "", tables.markdown(tables.with_ci_text(cells)), ""]
+    for axis, by in axis_tables(df, run_dir):
+        lines += [f"## By {axis} (pooled over the other axes)", "",
+                  tables.markdown(tables.with_ci_text(by)), ""]
+    lines += sections.delay_bubble_section(cells, names)
+    lines += sections.phase_section(df, run_dir)
     failed = df[df["status"] != "ok"]
     if len(failed):
         lines += ["## Failed cells", ""]
@@ -72,15 +84,6 @@ def _summary(df: pd.DataFrame, run_dir: Path) -> Path:
     path = run_dir / "summary.md"
     atomic_write(path, ("\n".join(lines) + "\n").encode())
     return path
-
-
-def _markdown(df: pd.DataFrame) -> str:
-    def fmt(v):
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
-    head = "| " + " | ".join(df.columns) + " |"
-    rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, rule] + body)
 
 
 def _axis(df: pd.DataFrame, suffix: str) -> str | None:

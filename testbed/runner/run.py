@@ -142,18 +142,31 @@ def _sweep(todo: list[tuple[CellPlan, int]], runner: CellRunner, store: RunStore
                         console=console, disable=plain)
     with progress:
         task = progress.add_task("cells", total=len(todo))
+        started = time.monotonic()
         for i, (plan, repeat) in enumerate(todo):
             progress.update(task, description=f"[{plan.cell.cell_id}] {plan.cell.label}")
             t0 = time.monotonic()
             row = runner.run(plan, repeat)
             store.put(row)
             msg = _one_line(i, len(todo), plan.cell, repeat, row, time.monotonic() - t0)
+            msg += f"; {eta_text(time.monotonic() - started, i + 1, len(todo))}"
             log.info(msg)
             if plain and not quiet:
-                console.print(msg, highlight=False)
+                console.print(msg, highlight=False, soft_wrap=True)
             elif not plain:
-                progress.console.print(msg, highlight=False)
+                progress.console.print(msg, highlight=False, soft_wrap=True)
             progress.advance(task)
+
+
+def eta_text(elapsed_s: float, done: int, total: int) -> str:
+    """The sweep's estimated time left: the mean time per cell run so far times the runs
+    left ('sweep done' after the last)."""
+    left = total - done
+    if left <= 0:
+        return "sweep done"
+    eta = round(elapsed_s / done * left)
+    return f"ETA {eta // 3600}h{eta // 60 % 60:02d}m" if eta >= 3600 else \
+        f"ETA {eta // 60}m{eta % 60:02d}s"
 
 
 def _one_line(i: int, n: int, cell: Cell, repeat: int, row: dict, seconds: float) -> str:

@@ -276,7 +276,10 @@ def _load_link_traces(topo: Topology, src: Source, prefix: Loc) -> list[Problem]
         loc = prefix + ("links", i, "trace_csv")
         path = Path(src.file).parent / link.trace_csv
         try:
-            link.steps = sorted(link.steps + steps_from_csv(path), key=lambda st: st.at_s)
+            steps = link.steps + steps_from_csv(path)
+            if any(st.at_s is None for st in steps):
+                raise ValueError("a trace's steps are at_s; at_iteration steps cannot join it")
+            link.steps = sorted(steps, key=lambda st: st.at_s)
         except (OSError, ValueError) as e:
             problems.append(src.problem(loc, f"trace {link.trace_csv}: {e}"))
     return problems

@@ -148,6 +148,10 @@ def test_metrics_count_filler_time_inside_the_span_only(tmp_path):
     assert got["filler_requests_per_s"] == pytest.approx(80.0)  # 8 requests in 0.1 s
     assert got["filler_tokens_per_s"] == pytest.approx(800.0)
     assert got["filler_overrun_s"] == pytest.approx(0.005)  # the TAIL run ended 5 ms late
+    # an emulated filler sleeps its modelled time: its figures are modelled, not measured
+    assert got["filler_basis"] == "modelled"
+    real = w.model_copy(update={"filler": w.filler.model_copy(update={"mode": "real"})})
+    assert metrics_from_traces(tmp_path, real)["filler_basis"] == "measured"
     assert "utilization" not in metrics_from_traces(tmp_path, w.model_copy(update={
         "filler": None}))
 

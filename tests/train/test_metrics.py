@@ -59,8 +59,13 @@ def test_bubble_span_throughput_and_exposed_comm(tmp_path):
     assert m["bubble_ratio_megatron"] == pytest.approx((60 / 140 + 100 / 140) / 2, abs=1e-6)
     assert m["exposed_comm_s"] == pytest.approx(0.015)  # mean over ranks of (0, 30 ms)
     samples = 4 * 2 * 1
-    assert m["throughput_samples_s"] == pytest.approx(samples / 0.110, rel=1e-4)
-    assert m["throughput_tokens_s"] == pytest.approx(samples * 8 / 0.110, rel=1e-4)
+    # over wall time: iterations start 1 s apart (span plus the gap before the next)
+    assert m["wall_time_per_iteration_s"] == pytest.approx(1.0)
+    assert m["throughput_samples_s"] == pytest.approx(samples / 1.0, rel=1e-4)
+    assert m["throughput_tokens_s"] == pytest.approx(samples * 8 / 1.0, rel=1e-4)
+    # the busy-time figure: one batch per median span
+    assert m["iteration_throughput_samples_s"] == pytest.approx(samples / 0.110, rel=1e-4)
+    assert m["iteration_throughput_tokens_s"] == pytest.approx(samples * 8 / 0.110, rel=1e-4)
 
 
 def test_failed_or_missing_ranks_are_errors(tmp_path):

@@ -1,0 +1,88 @@
+"""A cell's per-iteration series, ``cells/<id>/iterations.csv``: one row per measured
+iteration with its start (s since the workers were started, on the traces' clock), span,
+bubble and exposed communication, the phase it ran in and that phase's prediction, whether a
+step's update was under way during it (``step_during``: asked for before its end, returned
+after its start: the iteration ran partly in each state), and for every inter-DC link the
+delay (ms, one way, a→b), rate (Mbit/s, empty: unshaped) and loss (%) in force at its start
+(from the link's profile and the times its steps' updates returned).
+
+For a cell with time-varying steps the row's ``predicted_*`` columns are replaced by the
+prediction over the same phases (``testbed.plan.phases``).
+"""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from testbed.metrics import iteration_stats, load_traces, per_iteration, summarize
+from testbed.net.steps import StepPlayer
+from testbed.plan import CellPlan
+from testbed.plan.phases import PhasePredictor, State, combined, has_steps, links_in_state
+from testbed.runner import columns
+from testbed.runner.store import atomic_write
+
+ITERATIONS_CSV = "iterations.csv"
+FIXED = ["iteration", "phase", "start_s", "iteration_time_s", "bubble_ratio", "exposed_comm_s",
+         "predicted_iteration_time_s", "step_during"]
+
+
+def measure(cell_dir: Path, plan: CellPlan, player: StepPlayer) -> dict[str, Any]:
+    """The cell's metrics from its traces; writes iterations.csv. Raises WorkerError on bad
+    traces."""
+    iters = per_iteration(load_traces(cell_dir))
+    out = summarize(iters, plan.experiment.workload)
+    predictor = PhasePredictor(plan)
+    rows = iteration_rows(iters, plan, player, predictor)
+    write_csv(Path(cell_dir) / ITERATIONS_CSV, rows)
+    if has_steps(plan):
+        phased = combined([predictor(r.pop("_state")) for r in rows])
+        out.update({k: (round(v, 6) if isinstance(v, float) else v) for k, v in phased.items()})
+    return out
+
+
+def state_at(plan: CellPlan, applied: list[dict], t_s: float) -> State:
+    """How many steps of each link were applied at ``t_s`` s after the player started."""
+    names = [link.name for link in plan.links]
+    counts = [0] * len(names)
+    for a in applied:
+        if a["applied_s"] <= t_s:
+            counts[names.index(a["link"])] += 1
+    return tuple(counts)
+
+
+def iteration_rows(iters: list[dict], plan: CellPlan, player: StepPlayer,
+                   predictor: PhasePredictor) -> list[dict[str, Any]]:
+    """One dict per measured iteration (with its link state under ``_state``)."""
+    rows, phases = [], {}
+    for i in iters:
+        start = (i["t0_ns"] - player.t0_ns) / 1e9
+        state = state_at(plan, player.applied, start)
+        phases.setdefault(state, len(phases))
+        stats = iteration_stats(i)
+        row = {"iteration": i["iter"], "phase": phases[state], "start_s": round(start, 4),
+               "iteration_time_s": round(i["span_s"], 6),
+               "bubble_ratio": round(stats["bubble_ratio"], 6),
+               "exposed_comm_s": round(stats["exposed_comm_s"], 6),
+               "predicted_iteration_time_s": predictor(state).get("predicted_iteration_time_s"),
+               "step_during": int(any(a["requested_s"] < start + i["span_s"]
+                                      and a["applied_s"] > start for a in player.applied)),
+               "_state": state}
+        for link in links_in_state(plan, state):
+            p = f"{columns.LINK_PREFIX}{link.name}_"
+            row.update({p + "delay_ms": link.a_to_b.one_way_delay_ms,
+                        p + "rate_mbit": link.a_to_b.rate_mbit,
+                        p + "loss_pct": link.a_to_b.loss_pct})
+        rows.append(row)
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as CSV (keys starting with ``_`` left out), written atomically."""
+    fields = [k for k in rows[0] if not k.startswith("_")] if rows else FIXED
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write(path, buf.getvalue().encode())
