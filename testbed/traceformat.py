@@ -16,7 +16,10 @@ Record types (field ``type``):
 - ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/OPT; waits are
   RECV_F/RECV_B/SEND_WAIT/ALLREDUCE_WAIT/P2P_WAIT), stage, mb (microbatch or null), t0, t1, cat ("compute" | "comm" | "wait"), bytes (payload bytes, 0 for
   compute), peer (global rank or null). For compute, t0..t1 is pure compute; a ``wait`` record
-  is time blocked on communication (e.g. waiting for an activation to arrive).
+  is time blocked on communication (e.g. waiting for an activation to arrive). Emulated compute
+  records also have model_ns: the modelled duration the action was meant to take (its sleep),
+  so (t1 − t0) − model_ns is the action's overshoot (``testbed.runner.fidelity``); real
+  compute and a traced program's compute have no model_ns.
 - ``fill`` (only with ``workload.filler``): iter, at (the wait it filled: RECV_F/RECV_B/
   SEND_WAIT/ALLREDUCE_WAIT, or TAIL for the barrier after the iteration), stage, mb, t0, t1
   (the run of filler requests), requests, tokens, arrived (when the awaited transfer completed;

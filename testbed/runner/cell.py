@@ -22,6 +22,7 @@ from testbed.topology import ResolvedLink
 from testbed.perfetto import export
 from testbed.plan import CellPlan
 from testbed.runner import columns
+from testbed.runner.fidelity import CpuSampler, assess
 from testbed.runner.measured import cell_metrics
 from testbed.runner.series import measure
 from testbed.runner.store import RunStore
@@ -95,13 +96,15 @@ class CellRunner:
             player = _start_steps(shaper, plan.links, stack,
                                   IterationWatch(Path(cell_dir.trace(0))).done)
             # a shaper that dies mid-run (a delay line) fails the cell at once, naming the link
-            watch_workers(procs, exp.timeout_s, Path(cell_dir.root), check=shaper.check_alive)
+            with CpuSampler() as cpu:  # the box's CPU over the workers' phase (fidelity)
+                watch_workers(procs, exp.timeout_s, Path(cell_dir.root), check=shaper.check_alive)
             row["wall_time_s"] = round(time.monotonic() - t0, 3)
             player.stop()  # no step half-applied while shaping is read back
             shaper.verify()  # still as set at the end of the run
             row.update(_drops(shaper))
             _write_json(Path(cell_dir.steps), player.applied)
         row.update(_metrics(Path(cell_dir.root), plan, player))
+        row.update(assess(Path(cell_dir.root), plan, row, cpu))
         export(Path(cell_dir.root))
         return row
 

@@ -26,7 +26,11 @@ FILLER = ["filler_basis", "utilization", "training_utilization", "filler_request
 BOOKKEEPING = ["metrics_source", "wall_time_s", "iterations_measured", "delayline_drops",
                "queue_drops", "started_at",
                "duration_s"]
-BODY = SETTINGS + MEASURED + PREDICTED + FILLER + BOOKKEEPING
+# self-fidelity (testbed.runner.fidelity): the verdict, what it could not check, and its signals
+FIDELITY = ["fidelity", "fidelity_unchecked", "compute_overshoot_p50_ms",
+            "compute_overshoot_p99_ms", "compute_stretch_pct", "late_starts", "cpu_busy_pct",
+            "predicted_gap_pct"]
+BODY = SETTINGS + MEASURED + PREDICTED + FILLER + BOOKKEEPING + FIDELITY
 LINK_PREFIX = "link_"
 STATUSES = ("ok", "failed", "skipped")
 

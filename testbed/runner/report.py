@@ -77,6 +77,7 @@ def _summary(df: pd.DataFrame, run_dir: Path) -> Path:
                   tables.markdown(tables.with_ci_text(by)), ""]
     lines += sections.delay_bubble_section(cells, names)
     lines += sections.phase_section(df, run_dir)
+    lines += sections.degraded_section(df)
     failed = df[df["status"] != "ok"]
     if len(failed):
         lines += ["## Failed cells", ""]

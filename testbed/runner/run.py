@@ -175,7 +175,9 @@ def _one_line(i: int, n: int, cell: Cell, repeat: int, row: dict, seconds: float
         return f"{head}: FAILED after {seconds:.1f} s: {row.get('error')}"
     parts = [text.format(row[k]) for k, text in _PROGRESS if row.get(k) is not None]
     measured = ", ".join(parts) or f"no metrics ({row.get('metrics_source')})"
-    return f"{head}: {measured} ({seconds:.1f} s)"
+    fidelity = str(row.get("fidelity") or "")
+    warn = f" WARNING fidelity {fidelity}" if fidelity.startswith("degraded") else ""
+    return f"{head}: {measured} ({seconds:.1f} s){warn}"
 
 
 # the metrics of the progress line; a program's cell may have only some (or none) of them

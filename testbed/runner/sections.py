@@ -108,3 +108,19 @@ def delay_bubble_section(cells: pd.DataFrame, names: list[str]) -> list[str]:
             f"relative to {REFERENCE_SCHEDULE} at the same delay (induced: 1 − induced / "
             f"induced({REFERENCE_SCHEDULE}), GeoPipe's convention; total: 1 − bubble / "
             f"bubble({REFERENCE_SCHEDULE})).", "", markdown(table), ""]
+
+
+def degraded_section(df: pd.DataFrame) -> list[str]:
+    """The "Degraded cells" section of summary.md: each ok row whose ``fidelity`` is
+    degraded, with its reasons ([] when none is, or the run predates the column)."""
+    if "fidelity" not in df:
+        return []
+    ok = df[df["status"] == "ok"]
+    bad = ok[ok["fidelity"].astype(str).str.startswith("degraded")]
+    if not len(bad):
+        return []
+    return ["## Degraded cells", "",
+            "The instrument distorted these measurements beyond what the ±5 % agreement with "
+            "the simulator allows (thresholds: docs/architecture.md, \"Fidelity\").", ""] + \
+        [f"- `{r.cell_id}` repeat {r.repeat}: {str(r.fidelity).removeprefix('degraded: ')}"
+         for r in bad.itertuples()] + [""]

@@ -50,6 +50,16 @@ class RankContext:
         return self.dp_rank * self.pp + self.schedule.stage_to_rank[stage]
 
 
+def modelled_s(t: ComputeTimes, kind: Kind) -> float:
+    """The modelled duration (s) of an emulated compute action of ``kind`` (F/B/I/W)."""
+    return {Kind.F: t.f, Kind.B: t.b, Kind.I: t.i, Kind.W: t.w}[kind]
+
+
+def modelled_ns(t: ComputeTimes, kind: Kind) -> int:
+    """``modelled_s`` in integer ns, as the trace's ``model_ns`` field records it."""
+    return round(modelled_s(t, kind) * 1e9)
+
+
 def _tag(direction: int, boundary: int, mb: int, n_stages: int, m: int) -> int:
     return (direction * n_stages + boundary) * m + mb
 
@@ -172,7 +182,10 @@ class Executor:
         else:
             t0 = ns()
             (self._real if self.real else self._emulated)(a, st)
-            self.tr.action(it, a.kind.value, a.stage, a.microbatch, t0, ns(), "compute")
+            t1 = ns()
+            self.tr.action(it, a.kind.value, a.stage, a.microbatch, t0, t1, "compute",
+                           model_ns=None if self.real else modelled_ns(self.times[a.stage],
+                                                                       a.kind))
             self._hand_over_locally(a, st)
 
     def _hand_over_locally(self, a: Action, st: StageState) -> None:
@@ -188,9 +201,8 @@ class Executor:
 
     # ------------------------------------------------------------------ compute
     def _emulated(self, a: Action, st: StageState) -> None:
-        t = self.times[a.stage]
         key = (a.stage, a.microbatch)
-        time.sleep({Kind.F: t.f, Kind.B: t.b, Kind.I: t.i, Kind.W: t.w}[a.kind])
+        time.sleep(modelled_s(self.times[a.stage], a.kind))
         if a.kind is Kind.F:
             st.outputs[key] = self.act
         elif a.kind in (Kind.B, Kind.I):

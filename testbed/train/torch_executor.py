@@ -24,7 +24,7 @@ from torch.distributed.pipelining.stage import PipelineStage
 
 from testbed.schedule.csvfile import write_csv
 from testbed.schedule.ir import Kind, Schedule
-from testbed.train.executor import Executor, RankContext, ns
+from testbed.train.executor import Executor, RankContext, modelled_ns, modelled_s, ns
 from testbed.train.trace import Tracer
 
 SCHEDULE_CLASSES = {
@@ -126,9 +126,10 @@ class TorchExecutor(Executor):
         t0 = ns()
         out = fn(*args, **kwargs)
         if not self.real:
-            t = self.times[stage]
-            time.sleep({Kind.F: t.f, Kind.B: t.b, Kind.I: t.i, Kind.W: t.w}[kind])
-        self.tr.action(self.it, kind.value, stage, mb, t0, ns(), "compute")
+            time.sleep(modelled_s(self.times[stage], kind))
+        t1 = ns()
+        self.tr.action(self.it, kind.value, stage, mb, t0, t1, "compute",
+                       model_ns=None if self.real else modelled_ns(self.times[stage], kind))
         return out
 
     # ------------------------------------------------------------------ one iteration

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 
-ACTION_FIELDS = ("iter", "kind", "stage", "mb", "t0", "t1", "cat", "bytes", "peer")
+# model_ns last: only emulated compute has it (the tuple is one shorter otherwise, and zip()
+# leaves the field out of the record)
+ACTION_FIELDS = ("iter", "kind", "stage", "mb", "t0", "t1", "cat", "bytes", "peer", "model_ns")
 
 
 class Tracer:
@@ -25,9 +27,14 @@ class Tracer:
         self._buf.append(fields)
 
     def action(self, it: int, kind: str, stage: int | None, mb: int | None, t0: int, t1: int,
-               cat: str, nbytes: int = 0, peer: int | None = None) -> None:
+               cat: str, nbytes: int = 0, peer: int | None = None,
+               model_ns: int | None = None) -> None:
+        """One action record; times in ns. ``model_ns`` is the modelled duration of an
+        emulated compute action (what it was meant to take: t1 − t0 − model_ns is its
+        overshoot); None elsewhere, and then the record has no such field."""
         if self.actions:  # a tuple now, JSON at flush: keeps encoding off the timed path
-            self._buf.append((it, kind, stage, mb, t0, t1, cat, nbytes, peer))
+            rec = (it, kind, stage, mb, t0, t1, cat, nbytes, peer)
+            self._buf.append(rec if model_ns is None else rec + (model_ns,))
 
     def fill(self, it: int, point: tuple, t0: int, t1: int, requests: int, tokens: int,
              arrived: int) -> None:

@@ -1,0 +1,262 @@
+"""Self-fidelity without a network: each threshold of the verdict on either side, what it
+cannot check, the /proc/stat sampler (on a written file, and on the real one around a busy
+loop), the signals read from traces, the progress line's warning and the summary's section;
+and, with real workers over loopback, that emulated compute records its modelled duration."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from testbed.errors import MachineError
+from testbed.launch.loopback import run_local
+from testbed.metrics import load_traces
+from testbed.runner import columns, fidelity as F
+from testbed.runner.run import _one_line
+from testbed.runner.sections import degraded_section
+from testbed.sim.calibration import SLEEP_OVERSHOOT_S
+from testbed.spec import Compute, ModelSpec, Parallel, Workload
+
+CAL_MS = SLEEP_OVERSHOOT_S * 1e3
+
+
+def overshoot(p99_ms: float = CAL_MS, stretch_pct: float = 0.0) -> F.Overshoot:
+    return F.Overshoot(p50_ms=CAL_MS, p99_ms=p99_ms, stretch_pct=stretch_pct, actions=100)
+
+
+def quiet(**kw) -> F.Signals:
+    """Signals of a cell that passes every check: 100 ms iterations within 1 % of predicted."""
+    base = dict(overshoot=overshoot(), late=(0, 20), cpu_busy_pct=40.0, delayline_drops=0,
+                queue_drops=0, measured_s=0.101, predicted_s=0.100)
+    return F.Signals(**{**base, **kw})
+
+
+def test_a_quiet_cell_is_ok_and_every_check_ran():
+    text, details = F.verdict(quiet())
+    assert text == "ok"
+    assert details["fidelity"] == "ok" and details["fidelity_unchecked"] == ""
+    assert details["predicted_gap_pct"] == pytest.approx(1.0)
+    assert list(details) == columns.FIDELITY  # the one owner of the column names
+
+
+# each threshold just inside and just outside; (signals just over, words in the reason)
+OVER = {
+    "stretch": (dict(overshoot=overshoot(stretch_pct=F.COMPUTE_STRETCH_MAX_PCT + 0.1)),
+                "emulated compute +2.6 %"),
+    "tail": (dict(overshoot=overshoot(p99_ms=CAL_MS + 5.1)), "compute overshoot p99"),
+    "late": (dict(late=(2, 20)), "2 late iteration starts in 20"),
+    "cpu": (dict(cpu_busy_pct=F.CPU_BUSY_MAX_PCT + 1), "CPU busy 91 %"),
+    "delayline": (dict(delayline_drops=1), "delay line dropped 1 packets"),
+    "gap": (dict(measured_s=0.1051), "measured +5.1 % vs predicted"),
+    "gap_below": (dict(measured_s=0.0949), "measured -5.1 % vs predicted"),
+}
+INSIDE = {
+    "stretch": dict(overshoot=overshoot(stretch_pct=F.COMPUTE_STRETCH_MAX_PCT - 0.1)),
+    "tail": dict(overshoot=overshoot(p99_ms=CAL_MS + 4.9)),
+    "late": dict(late=(1, 20)),
+    "cpu": dict(cpu_busy_pct=F.CPU_BUSY_MAX_PCT - 1),
+    "delayline": dict(delayline_drops=None),  # no delay line (netem): nothing to drop
+    "gap": dict(measured_s=0.1049),
+    "gap_below": dict(measured_s=0.0951),
+}
+
+
+@pytest.mark.parametrize("name", list(OVER))
+def test_each_threshold_degrades_just_outside_and_not_just_inside(name):
+    over, words = OVER[name]
+    text, _ = F.verdict(quiet(**over))
+    assert text.startswith("degraded: ") and words in text, text
+    assert text.count(";") == 0  # that one reason only
+    assert F.verdict(quiet(**INSIDE[name]))[0] == "ok"
+
+
+def test_several_reasons_are_all_listed_and_queue_drops_explain_a_gap():
+    text, _ = F.verdict(quiet(cpu_busy_pct=99.0, measured_s=0.120, queue_drops=37))
+    assert text == ("degraded: CPU busy 99 % (> 90 %); measured +20.0 % vs predicted "
+                    "(outside ±5 %); 37 queue drops (the simulator models no loss)")
+
+
+def test_queue_drops_alone_do_not_degrade_a_cell():
+    # a small configured queue drops by design; only the gap it causes counts
+    assert F.verdict(quiet(queue_drops=500))[0] == "ok"
+
+
+def test_what_has_no_input_is_listed_as_unchecked_and_the_rest_still_decides():
+    s = F.Signals(cpu_busy_pct=97.0, measured_s=0.1, delayline_drops=None,
+                  why_unknown={"compute overshoot": "a program's actions have no modelled "
+                               "duration", "measured vs predicted": "no prediction"})
+    text, d = F.verdict(s)
+    assert text == "degraded: CPU busy 97 % (> 90 %)"
+    assert d["fidelity_unchecked"] == (
+        "compute overshoot (a program's actions have no modelled duration); "
+        "compute overshoot tail (not measured); late starts (not measured); "
+        "measured vs predicted (no prediction)")
+    assert d["compute_overshoot_p50_ms"] is None and d["late_starts"] is None
+
+
+# ------------------------------------------------------------------ /proc/stat
+def stat_line(user, nice, system, idle, iowait, irq, softirq, steal) -> str:
+    return (f"cpu  {user} {nice} {system} {idle} {iowait} {irq} {softirq} {steal} 7 7\n"
+            "cpu0 1 2 3 4 5 6 7 8 0 0\n")
+
+
+def test_proc_stat_busy_counts_steal_and_not_iowait(tmp_path):
+    p = tmp_path / "stat"
+    p.write_text(stat_line(100, 10, 50, 800, 30, 5, 5, 20))
+    assert F.read_cpu_jiffies(p) == (190, 1020)  # guest (7 7) is inside user and nice
+
+
+@pytest.mark.parametrize("text", ["", "intr 1 2 3\n", "cpu 1 2 x 4 5 6 7 8\n", "cpu 1 2\n"])
+def test_unreadable_proc_stat_is_a_machine_error(tmp_path, text):
+    p = tmp_path / "stat"
+    p.write_text(text)
+    with pytest.raises(MachineError):
+        F.read_cpu_jiffies(p)
+    with pytest.raises(MachineError):
+        F.read_cpu_jiffies(tmp_path / "absent")
+
+
+def test_sampler_gives_the_busy_share_between_its_samples(tmp_path):
+    p = tmp_path / "stat"
+    p.write_text(stat_line(100, 0, 0, 900, 0, 0, 0, 0))
+    s = F.CpuSampler(interval_s=3600, path=p)  # no sample from the thread in this test
+    s.start()
+    p.write_text(stat_line(175, 0, 5, 920, 0, 0, 0, 0))  # +80 busy of +100 ticks
+    assert s.stop() == pytest.approx(80.0)
+    assert s.busy_pct == pytest.approx(80.0)
+
+
+def test_busy_between_picks_the_samples_around_the_window():
+    s = F.CpuSampler()
+    # (ns, busy, total): idle for a second, then fully busy for a second, then idle
+    s.samples = [(0, 0, 0), (10**9, 0, 100), (2 * 10**9, 100, 200), (3 * 10**9, 100, 300)]
+    s.busy_pct = 100 / 3
+    assert s.busy_pct_between(10**9, 2 * 10**9) == pytest.approx(100.0)
+    # widened to the samples at 0 and 2 s
+    assert s.busy_pct_between(int(0.5e9), 2 * 10**9) == pytest.approx(50.0)
+    assert s.busy_pct_between(-1, 10**9) == pytest.approx(100 / 3)  # not inside: whole phase
+
+
+def test_stop_without_start_is_an_error():
+    with pytest.raises(MachineError):
+        F.CpuSampler().stop()
+
+
+# One core kept busy is 1/ncpu of the box; the slack allows for ticks at the window's edges
+# (10 ms each) and for this thread being descheduled (then someone else keeps the CPU busy).
+SPIN_SHARE_SLACK = 0.8
+
+
+def test_sampler_sees_this_process_keep_a_core_busy():
+    with F.CpuSampler(interval_s=0.05) as s:
+        end = time.monotonic() + 0.6
+        while time.monotonic() < end:
+            pass
+    assert len(s.samples) >= 3  # the thread sampled in between
+    assert s.busy_pct >= 100 / os.cpu_count() * SPIN_SHARE_SLACK, s.busy_pct
+
+
+# ------------------------------------------------------------------ signals from traces
+def trace(rank: int, computes: list[tuple[int, int, int | None]], warm_iters=(0,),
+          late: int | None = 0) -> list[dict]:
+    """Records of one rank: iterations 0..2, each with the given (t0, t1, model_ns) computes."""
+    recs: list[dict] = [{"type": "meta", "rank": rank}]
+    for it in range(3):
+        base = it * 10**9
+        recs.append({"type": "iter", "iter": it, "warmup": it in warm_iters, "t0": base,
+                     "t1": base + 10**8})
+        for t0, t1, model in computes:
+            r = {"type": "action", "iter": it, "kind": "F", "cat": "compute", "t0": base + t0,
+                 "t1": base + t1}
+            if model is not None:
+                r["model_ns"] = model
+            recs.append(r)
+    if late is not None:
+        recs.append({"type": "start_sync", "margin_ms": 3.0, "late_starts": late})
+    return recs
+
+
+def test_overshoot_is_actual_minus_modelled_over_measured_iterations_only():
+    # per rank and iteration: a 10 ms action that took 10.2 ms and one that took 11 ms
+    acts = [(0, 10_200_000, 10_000_000), (20_000_000, 31_000_000, 10_000_000)]
+    traces = {0: trace(0, acts), 1: trace(1, acts)}
+    traces[0][2]["t1"] += 500_000_000  # a huge overshoot in the warm-up iteration: ignored
+    o = F.compute_overshoot(traces)
+    assert o.actions == 8  # 2 ranks × 2 measured iterations × 2 actions
+    assert o.p50_ms == pytest.approx(0.6)
+    assert o.p99_ms == pytest.approx(1.0, abs=0.01)
+    excess = (0.2 + 1.0) / 2 - CAL_MS  # ms per 10 ms action beyond the calibration
+    assert o.stretch_pct == pytest.approx(100 * excess / 10)
+
+
+def test_compute_without_modelled_durations_has_no_overshoot():
+    assert F.compute_overshoot({0: trace(0, [(0, 10, None)])}) is None
+    assert F.compute_overshoot({}) is None
+
+
+def test_late_starts_are_summed_over_ranks_and_missing_for_programs():
+    assert F.late_starts({0: trace(0, [], late=1), 1: trace(1, [], late=2)}) == (3, 3)
+    assert F.late_starts({0: trace(0, [], late=None)}) is None
+
+
+def test_measured_window_spans_the_measured_iterations():
+    assert F.measured_window({0: trace(0, []), 1: trace(1, [])}) == (10**9, 2 * 10**9 + 10**8)
+    assert F.measured_window({0: trace(0, [], warm_iters=(0, 1, 2))}) is None
+
+
+# ------------------------------------------------------------------ where it is shown
+class Cell:
+    cell_id, label = "c0ffee", "delay_ms=20"
+
+
+def test_progress_line_warns_of_a_degraded_cell_only():
+    row = {"status": "ok", "iteration_time_s": 0.1, "fidelity": "degraded: CPU busy 99 %"}
+    assert _one_line(0, 1, Cell, 0, row, 3.0).endswith(
+        "(3.0 s) WARNING fidelity degraded: CPU busy 99 %")
+    assert "WARNING" not in _one_line(0, 1, Cell, 0, {**row, "fidelity": "ok"}, 3.0)
+    assert "WARNING" not in _one_line(0, 1, Cell, 0, {"status": "ok"}, 3.0)
+
+
+def test_summary_section_lists_degraded_ok_rows_with_their_reasons():
+    df = pd.DataFrame({"cell_id": ["a", "b", "c"], "repeat": [0, 1, 0],
+                       "status": ["ok", "ok", "failed"],
+                       "fidelity": ["ok", "degraded: CPU busy 99 % (> 90 %)", None]})
+    lines = degraded_section(df)
+    assert lines[0] == "## Degraded cells"
+    assert [ln for ln in lines if ln.startswith("- ")] == \
+        ["- `b` repeat 1: CPU busy 99 % (> 90 %)"]
+    assert degraded_section(df.assign(fidelity="ok")) == []
+    assert degraded_section(df.drop(columns=["fidelity"])) == []  # a run from before
+
+
+# ------------------------------------------------------------------ real workers
+@pytest.mark.torch
+@pytest.mark.parametrize("executor", ["ir", "torch"])
+def test_emulated_compute_records_its_modelled_duration(tmp_path, executor):
+    w = Workload(model=ModelSpec(layers=2, hidden=32, heads=2, seq_len=16, vocab=64),
+                 parallel=Parallel(pp=2), schedule="1f1b", microbatches=2, iterations=2,
+                 warmup=1, executor=executor,
+                 compute=Compute(forward_ms=3, backward_ms=6, weight_ms=2))
+    run_local(w, tmp_path, timeout_s=120)
+    traces = load_traces(tmp_path)
+    computes = [r for recs in traces.values() for r in recs
+                if r.get("type") == "action" and r["cat"] == "compute"]
+    modelled = {"F": 3_000_000, "B": 6_000_000, "I": 4_000_000, "W": 2_000_000}
+    assert computes and all(r["model_ns"] == modelled[r["kind"]] for r in computes)
+    assert all(r["t1"] - r["t0"] >= r["model_ns"] for r in computes)  # a sleep never ends early
+    assert F.compute_overshoot(traces).actions == len(computes) // 2  # the measured half
+    assert F.late_starts(traces)[1] == 2
+
+
+@pytest.mark.torch
+def test_real_compute_records_have_no_modelled_duration(tmp_path):
+    w = Workload(model=ModelSpec(layers=2, hidden=32, heads=2, seq_len=16, vocab=64),
+                 parallel=Parallel(pp=2), schedule="1f1b", microbatches=2, iterations=2,
+                 warmup=1, compute=Compute(mode="real"))
+    run_local(w, tmp_path, timeout_s=120)
+    traces = load_traces(tmp_path)
+    assert not any("model_ns" in r for recs in traces.values() for r in recs)
+    assert F.compute_overshoot(traces) is None
