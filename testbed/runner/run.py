@@ -176,7 +176,10 @@ def _one_line(i: int, n: int, cell: Cell, repeat: int, row: dict, seconds: float
     parts = [text.format(row[k]) for k, text in _PROGRESS if row.get(k) is not None]
     measured = ", ".join(parts) or f"no metrics ({row.get('metrics_source')})"
     fidelity = str(row.get("fidelity") or "")
-    warn = f" WARNING fidelity {fidelity}" if fidelity.startswith("degraded") else ""
+    # one line per reason under the progress line: each stays within a 120-column log
+    reasons = fidelity.removeprefix("degraded: ").split("; ") \
+        if fidelity.startswith("degraded") else []
+    warn = "".join(f"\n  WARNING fidelity degraded: {r}" for r in reasons)
     return f"{head}: {measured} ({seconds:.1f} s){warn}"
 
 

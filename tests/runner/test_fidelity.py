@@ -45,13 +45,13 @@ def test_a_quiet_cell_is_ok_and_every_check_ran():
 # each threshold just inside and just outside; (signals just over, words in the reason)
 OVER = {
     "stretch": (dict(overshoot=overshoot(stretch_pct=F.COMPUTE_STRETCH_MAX_PCT + 0.1)),
-                "emulated compute +2.6 %"),
-    "tail": (dict(overshoot=overshoot(p99_ms=CAL_MS + 5.1)), "compute overshoot p99"),
-    "late": (dict(late=(2, 20)), "2 late iteration starts in 20"),
-    "cpu": (dict(cpu_busy_pct=F.CPU_BUSY_MAX_PCT + 1), "CPU busy 91 %"),
+                "compute +2.6 % over modelled > 2.5 %"),
+    "tail": (dict(overshoot=overshoot(p99_ms=CAL_MS + 5.1)), "overshoot p99 5.23 ms > 5.05 ms"),
+    "late": (dict(late=(2, 20)), "2 late starts in 20 iterations > 5%"),
+    "cpu": (dict(cpu_busy_pct=F.CPU_BUSY_MAX_PCT + 1), "CPU busy 91 % > 90 %"),
     "delayline": (dict(delayline_drops=1), "delay line dropped 1 packets"),
-    "gap": (dict(measured_s=0.1051), "measured +5.1 % vs predicted"),
-    "gap_below": (dict(measured_s=0.0949), "measured -5.1 % vs predicted"),
+    "gap": (dict(measured_s=0.1051), "measured +5.1 % vs predicted, outside ±5 %"),
+    "gap_below": (dict(measured_s=0.0949), "measured -5.1 % vs predicted, outside ±5 %"),
 }
 INSIDE = {
     "stretch": dict(overshoot=overshoot(stretch_pct=F.COMPUTE_STRETCH_MAX_PCT - 0.1)),
@@ -75,8 +75,8 @@ def test_each_threshold_degrades_just_outside_and_not_just_inside(name):
 
 def test_several_reasons_are_all_listed_and_queue_drops_explain_a_gap():
     text, _ = F.verdict(quiet(cpu_busy_pct=99.0, measured_s=0.120, queue_drops=37))
-    assert text == ("degraded: CPU busy 99 % (> 90 %); measured +20.0 % vs predicted "
-                    "(outside ±5 %); 37 queue drops (the simulator models no loss)")
+    assert text == ("degraded: CPU busy 99 % > 90 %; measured +20.0 % vs predicted, outside "
+                    "±5 % with 37 queue drops (loss is not modelled)")
 
 
 def test_queue_drops_alone_do_not_degrade_a_cell():
@@ -89,7 +89,7 @@ def test_what_has_no_input_is_listed_as_unchecked_and_the_rest_still_decides():
                   why_unknown={"compute overshoot": "a program's actions have no modelled "
                                "duration", "measured vs predicted": "no prediction"})
     text, d = F.verdict(s)
-    assert text == "degraded: CPU busy 97 % (> 90 %)"
+    assert text == "degraded: CPU busy 97 % > 90 %"
     assert d["fidelity_unchecked"] == (
         "compute overshoot (a program's actions have no modelled duration); "
         "compute overshoot tail (not measured); late starts (not measured); "
@@ -213,9 +213,12 @@ class Cell:
 
 
 def test_progress_line_warns_of_a_degraded_cell_only():
-    row = {"status": "ok", "iteration_time_s": 0.1, "fidelity": "degraded: CPU busy 99 %"}
+    row = {"status": "ok", "iteration_time_s": 0.1,
+           "fidelity": "degraded: CPU busy 99 % > 90 %; late starts 3 in 20 iterations > 5%"}
+    # one line per reason under the progress line, which keeps its width
     assert _one_line(0, 1, Cell, 0, row, 3.0).endswith(
-        "(3.0 s) WARNING fidelity degraded: CPU busy 99 %")
+        "(3.0 s)\n  WARNING fidelity degraded: CPU busy 99 % > 90 %"
+        "\n  WARNING fidelity degraded: late starts 3 in 20 iterations > 5%")
     assert "WARNING" not in _one_line(0, 1, Cell, 0, {**row, "fidelity": "ok"}, 3.0)
     assert "WARNING" not in _one_line(0, 1, Cell, 0, {"status": "ok"}, 3.0)
 
