@@ -317,12 +317,15 @@ def verdict(s: Signals) -> tuple[str, dict[str, Any]]:
 def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
            cpu: CpuSampler) -> dict[str, Any]:
     """The fidelity columns of a finished cell: signals from its traces (when it has any),
-    the row's drops and measured/predicted iteration times, and the box's CPU busy share over
+    the drops and the measured iteration time in ``row`` (what the cell's run added to its
+    row), the predicted one (``row``'s, else the plan's), and the box's CPU busy share over
     the measured iterations (over the workers' whole phase without traces; not used for
     workers on lab hosts). Raises WorkerError on a broken trace."""
+    # a cell with steps has its phased prediction in ``row``; the others the plan's
+    predicted = row.get("predicted_iteration_time_s",
+                        plan.prediction.get("predicted_iteration_time_s"))
     s = Signals(delayline_drops=row.get("delayline_drops"), queue_drops=row.get("queue_drops"),
-                measured_s=row.get("iteration_time_s"),
-                predicted_s=row.get("predicted_iteration_time_s"))
+                measured_s=row.get("iteration_time_s"), predicted_s=predicted)
     traces = load_traces(cell_dir) if CellDir(cell_dir).traces() else {}
     _trace_signals(s, traces, plan)
     if plan.experiment.backend in REMOTE_BACKENDS:

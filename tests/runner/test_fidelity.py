@@ -4,6 +4,7 @@ loop), the signals read from traces, the progress line's warning and the summary
 and, with real workers over loopback, that emulated compute records its modelled duration."""
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -14,13 +15,15 @@ import pytest
 from testbed.errors import MachineError
 from testbed.launch.loopback import run_local
 from testbed.metrics import load_traces
+from testbed.plan import plan_all
 from testbed.runner import columns, fidelity as F
 from testbed.runner.run import _one_line
 from testbed.runner.sections import degraded_section
 from testbed.sim.calibration import SLEEP_OVERSHOOT_S
-from testbed.spec import Compute, ModelSpec, Parallel, Workload
+from testbed.spec import Compute, ModelSpec, Parallel, Workload, load_experiment
 
 CAL_MS = SLEEP_OVERSHOOT_S * 1e3
+EXP = Path(__file__).parent / "exps" / "fidelity.yaml"
 
 
 def overshoot(p99_ms: float = CAL_MS, stretch_pct: float = 0.0) -> F.Overshoot:
@@ -205,6 +208,53 @@ def test_late_starts_are_summed_over_ranks_and_missing_for_programs():
 def test_measured_window_spans_the_measured_iterations():
     assert F.measured_window({0: trace(0, []), 1: trace(1, [])}) == (10**9, 2 * 10**9 + 10**8)
     assert F.measured_window({0: trace(0, [], warm_iters=(0, 1, 2))}) is None
+
+
+def write_traces(cell_dir: Path, acts: list[tuple[int, int, int | None]]) -> None:
+    for rank in (0, 1):
+        recs = [{**r, "world_size": 2} if r["type"] == "meta" else r
+                for r in trace(rank, acts)] + [{"type": "end", "status": "ok", "error": None}]
+        (cell_dir / f"trace-rank{rank}.jsonl").write_text(
+            "\n".join(json.dumps(r) for r in recs) + "\n")
+
+
+def sampler(samples: list[tuple[int, int, int]]) -> F.CpuSampler:
+    s = F.CpuSampler()
+    s.samples, s.busy_pct = samples, F.busy_pct(samples[0], samples[-1])
+    return s
+
+
+def test_assess_a_cell_from_its_traces_row_plan_and_the_cpu_over_its_measured_iterations(
+        tmp_path):
+    le = load_experiment(EXP)
+    (plan,) = plan_all(le)
+    predicted = plan.prediction["predicted_iteration_time_s"]
+    write_traces(tmp_path, [(0, 10_200_000, 10_000_000)])
+    # measured iterations span 1 s .. 2.1 s: half busy there, busy before and after
+    cpu = sampler([(0, 0, 0), (10**9, 100, 100), (int(2.2e9), 150, 200), (3 * 10**9, 250, 300)])
+    # the row a cell's run makes has the measurement and drops; the prediction is the plan's
+    row = {"iteration_time_s": predicted * 1.2, "delayline_drops": 0, "queue_drops": 0}
+    d = F.assess(tmp_path, plan, row, cpu)
+    assert d["fidelity"] == "degraded: measured +20.0 % vs predicted, outside ±5 %"
+    assert d["fidelity_unchecked"] == "" and d["late_starts"] == 0
+    assert d["cpu_busy_pct"] == 50.0 and d["compute_overshoot_p50_ms"] == 0.2
+    # a row with its own (phased) prediction is judged against that one
+    assert F.assess(tmp_path, plan, {**row, "predicted_iteration_time_s": predicted * 1.2},
+                    cpu)["predicted_gap_pct"] == 0.0
+
+
+def test_assess_without_traces_uses_the_whole_phase_and_says_what_it_could_not_check(
+        tmp_path, monkeypatch):
+    (plan,) = plan_all(load_experiment(EXP))
+    cpu = sampler([(0, 0, 0), (10**9, 95, 100)])
+    d = F.assess(tmp_path, plan, {"delayline_drops": None}, cpu)
+    assert d["cpu_busy_pct"] == 95.0 and d["fidelity"] == "degraded: CPU busy 95 % > 90 %"
+    assert d["fidelity_unchecked"].startswith("compute overshoot (no traces)")
+    # workers on lab hosts: this box's CPU is not theirs
+    monkeypatch.setattr(F, "REMOTE_BACKENDS", frozenset({plan.experiment.backend}))
+    d = F.assess(tmp_path, plan, {"delayline_drops": None}, cpu)
+    assert d["fidelity"] == "ok" and d["cpu_busy_pct"] is None
+    assert "CPU (the workers ran on lab hosts)" in d["fidelity_unchecked"]
 
 
 # ------------------------------------------------------------------ where it is shown

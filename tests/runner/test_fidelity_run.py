@@ -54,6 +54,10 @@ def test_a_cell_run_on_a_saturated_box_is_marked_degraded(tmp_path):
                                                  or "overshoot" in verdict), verdict
     assert row["cpu_busy_pct"] > CPU_BUSY_MAX_PCT, row["cpu_busy_pct"]  # every core was busy
     assert row["compute_overshoot_p99_ms"] > 0 and row["late_starts"] >= 0
+    # every check had its input (emulated compute, the built-in worker, a prediction)
+    assert pd.isna(row["fidelity_unchecked"]), row["fidelity_unchecked"]
+    assert row["predicted_gap_pct"] == pytest.approx(
+        100 * (row["iteration_time_s"] / row["predicted_iteration_time_s"] - 1), abs=0.01)
     assert "WARNING fidelity degraded" in res.stdout, res.stdout
     summary = (run_dir / "summary.md").read_text()
     assert "## Degraded cells" in summary and f"`{row['cell_id']}` repeat 0" in summary
