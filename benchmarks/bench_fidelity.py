@@ -12,7 +12,8 @@ Target (issue 15): every run measured outside ±5 % of its prediction is marked 
 (PASS/FAIL per run). The table also shows at which CPU busy share the overshoot starts to
 distort, which is what ``CPU_BUSY_MAX_PCT`` rests on.
 
-Run: ``.venv/bin/python benchmarks/bench_fidelity.py [--save]`` (no root; about 3 minutes).
+Run: ``.venv/bin/python benchmarks/bench_fidelity.py [--save]`` (no root; 4 to 10 minutes,
+longer on a busy machine).
 """
 from __future__ import annotations
 
