@@ -37,11 +37,16 @@ def worker_env(job: RankJob) -> dict[str, str]:
     }
 
 
+def worker_args(cell_file: PurePath, out_dir: PurePath, extra: tuple[str, ...] = ()
+                ) -> list[str]:
+    """The worker's arguments: ``--cell CELL --out DIR [extra…]``."""
+    return ["--cell", str(cell_file), "--out", str(out_dir), *extra]
+
+
 def worker_argv(python: str, cell_file: PurePath, out_dir: PurePath,
                 extra: tuple[str, ...] = ()) -> list[str]:
     """``python -m testbed.train.worker --cell CELL --out DIR [extra…]``."""
-    return [python, "-m", WORKER_MODULE, "--cell", str(cell_file), "--out", str(out_dir),
-            *extra]
+    return [python, "-m", WORKER_MODULE, *worker_args(cell_file, out_dir, extra)]
 
 
 # ---------------------------------------------------------------- your own program

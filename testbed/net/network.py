@@ -68,6 +68,10 @@ class Network:
         """``argv`` wrapped to run inside ``node``."""
         return self.backend.argv_in(node, argv)
 
+    def netns_file(self, node: Node) -> str | None:
+        """``node``'s network namespace file on this machine; None on a lab host."""
+        return self.backend.netns_file(node)
+
     def run(self, node: Node, argv: list[str], timeout: float = RUN_TIMEOUT_S,
             check: bool = True) -> subprocess.CompletedProcess:
         """Run ``argv`` inside ``node`` and wait; raises CommandError on failure when ``check``."""

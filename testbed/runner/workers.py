@@ -16,8 +16,10 @@ from typing import Any
 
 from testbed.errors import WorkerError
 from testbed.launch.celldir import CellDir
-from testbed.launch.command import (MASTER_PORT, RankJob, program_argv, program_env,
-                                    program_files, remote_argv, worker_argv, worker_env)
+from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, RankJob, program_argv,
+                                    program_env, program_files, remote_argv, worker_args,
+                                    worker_argv, worker_env)
+from testbed.launch.pool import RankPool
 from testbed.launch.supervise import stop_process
 from testbed.net.network import Network, Node
 from testbed.plan import CellPlan
@@ -32,10 +34,12 @@ class Command:
     cwd: PurePath | None = None
 
 
-def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir,
-                  stack: ExitStack) -> dict[int, Any]:
+def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitStack,
+                  pool: RankPool | None = None) -> dict[int, Any]:
     """Start one worker (or the workload's program) per rank of ``plan`` inside its host; each
-    is stopped when ``stack`` closes (also on failure). Returns rank → process handle."""
+    is stopped when ``stack`` closes (also on failure). Built-in workers on hosts of this
+    machine are forked from ``pool`` when given (see testbed.launch.pool). Returns rank →
+    process handle."""
     slots = plan.slots
     master = net.host(slots[0].dc, slots[0].host_index)
     timeout = plan.experiment.timeout_s
@@ -46,8 +50,27 @@ def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir,
         net.put(node, Path(cell_dir.cell_file), there.cell_file)
         job = RankJob(slot.rank, len(slots), str(master.ip), MASTER_PORT, node.iface, timeout)
         command = _command(net, node, plan, job, cell_dir, there)
-        procs[slot.rank] = _start(net, node, job, command, cell_dir, there, stack)
+        if pool is not None and _poolable(net, node, plan, cell_dir, there):
+            procs[slot.rank] = _fork(pool, net, node, job, cell_dir, there, command.env, stack)
+        else:
+            procs[slot.rank] = _start(net, node, job, command, cell_dir, there, stack)
     return procs
+
+
+def _poolable(net: Network, node: Node, plan: CellPlan, here: CellDir, there: CellDir) -> bool:
+    """A built-in worker on a host of this machine (it sees the cell directory as it is)."""
+    return (plan.experiment.workload.program is None and there.root == here.root
+            and net.netns_file(node) is not None)
+
+
+def _fork(pool: RankPool, net: Network, node: Node, job: RankJob, here: CellDir,
+          there: CellDir, env: dict[str, str], stack: ExitStack) -> Any:
+    rank = pool.start(net.netns_file(node), WORKER_MODULE,
+                      worker_args(there.cell_file, there.root), env,
+                      here.worker_log(job.rank))
+    net.ledger.add_process(rank.pid)  # `clean` stops it if this process dies
+    stack.callback(stop_process, rank)
+    return rank
 
 
 def _command(net: Network, node: Node, plan: CellPlan, job: RankJob, here: CellDir,

@@ -30,6 +30,7 @@ from testbed.schedule.lower import lower
 from testbed.schedule.registry import CROSS_DC_SCHEDULES
 from testbed.train.executor import Executor, RankContext
 from testbed.train.filler import TAIL, Filler, NoFiller
+from testbed.train.sync import agree_on_start, default_store, store_round_trip_ns
 from testbed.train.torch_executor import TorchExecutor, pipeline_groups
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transport, connection_groups
@@ -134,7 +135,10 @@ def _executor(cell: CellFile, slot, world: int, tracer):
     """(executor, filler) of this rank, after recording the trace's meta record."""
     w = cell.workload
     pp, dp = w.parallel.pp, w.parallel.dp
-    groups = [dist.new_group([d * pp + s for d in range(dp)]) for s in range(pp)]
+    # only this rank's data-parallel group, synchronised among its members: a group every rank
+    # creates ends in a barrier over all of them, round trips across the slow links
+    dp_group = dist.new_group([d * pp + slot.pp_rank for d in range(dp)],
+                              use_local_synchronization=True) if dp > 1 else None
     # P2P transfers split over workload.connections TCP connections (one group each)
     transport = Transport(connection_groups(w.connections))
     schedule = lower(_schedule(cell, w))
@@ -144,24 +148,26 @@ def _executor(cell: CellFile, slot, world: int, tracer):
                   schedule=w.schedule, executor=w.executor, compute_mode=w.compute.mode,
                   microbatches=w.microbatches, microbatch_size=w.microbatch_size,
                   connections=w.connections, filler_mode=w.filler_mode,
-                  seq_len=w.model.seq_len, host=socket.gethostname(),
+                  seq_len=w.model.seq_len, host=socket.gethostname(), pid=os.getpid(),
+                  ppid=os.getppid(),
                   torch_version=torch.__version__, clock="monotonic")
     if w.executor == "torch":
         pipes = pipeline_groups(pp, dp)
-        return TorchExecutor(ctx, w, tracer, groups[ctx.pp_rank], pipes[ctx.dp_rank]), \
+        return TorchExecutor(ctx, w, tracer, dp_group, pipes[ctx.dp_rank]), \
             NoFiller()
     filler = _make_filler(w, tracer)
-    return Executor(ctx, w, tracer, groups[ctx.pp_rank], transport, filler), filler
+    return Executor(ctx, w, tracer, dp_group, transport, filler), filler
 
 
 def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool) -> None:
     """Every iteration, each started at one instant on every rank, then the closing barrier."""
-    margin_ns = _start_margin_ns()
+    store, world = default_store(), dist.get_world_size()
+    margin_ns = _start_margin_ns(store)
     late = 0
     for it in range(w.iterations):
         if it == fault:
             raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
-        late += _start_together(margin_ns, _tail(filler, it - 1))
+        late += _start_together(store, it, world, margin_ns, _tail(filler, it - 1))
         if alternate:
             tracer.actions = it % 2 == 0
         t0 = time.monotonic_ns()
@@ -204,30 +210,25 @@ def _tail(filler, it: int):
     return lambda work: filler.wait(it, TAIL, work, time.monotonic_ns())
 
 
-def _start_margin_ns() -> int:
-    """How far ahead rank 0 must set the common start so every rank hears of it in time:
-    twice the slowest of a few timed barriers (they cross the slowest link) plus 2 ms."""
-    worst = 0
-    for _ in range(3):
-        t0 = time.monotonic_ns()
-        dist.barrier()
-        worst = max(worst, time.monotonic_ns() - t0)
-    x = torch.tensor([worst], dtype=torch.int64)
-    dist.all_reduce(x, op=dist.ReduceOp.MAX)
-    return int(x.item()) * 2 + 2_000_000
+def _start_margin_ns(store) -> int:
+    """How far ahead of the last rank's arrival the common start is set so that every rank
+    hears of it in time: twice the slowest rank's round trip to the store plus 2 ms."""
+    worst = torch.tensor([store_round_trip_ns(store)], dtype=torch.int64)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    return int(worst.item()) * 2 + 2_000_000
 
 
-def _start_together(margin_ns: int, await_barrier=lambda work: work.wait()) -> int:
-    """Start the iteration on every rank at the same instant. A barrier alone releases ranks
-    up to two one-way delays apart across a slow link, and the late ones would count as
-    pipeline bubble; so after it rank 0 names a start time ``margin_ns`` ahead (wall clock:
-    shared by the namespaces of one machine, NTP-synchronised across lab hosts) and everyone
-    sleeps until then. Returns 1 if this rank heard of it too late (the start is skewed).
-    ``await_barrier`` waits for the barrier's work (the filler fills that wait)."""
-    await_barrier(dist.barrier(async_op=True))
-    start = torch.tensor([time.time_ns() + margin_ns], dtype=torch.int64)
-    dist.broadcast(start, src=0)
-    wait = (int(start.item()) - time.time_ns()) / 1e9
+def _start_together(store, it: int, world: int, margin_ns: int,
+                    await_start=lambda work: work.wait()) -> int:
+    """Start iteration ``it`` on every rank at the same instant. A barrier alone releases
+    ranks up to two one-way delays apart across a slow link, and the late ones would count as
+    pipeline bubble; so once every rank has arrived the last of them sets a start time
+    ``margin_ns`` ahead (wall clock: shared by the namespaces of one machine, NTP-synchronised
+    across lab hosts) and everyone sleeps until then (see testbed.train.sync). Returns 1 if
+    this rank heard of it too late (the start is skewed). ``await_start`` waits for the start
+    time (the filler fills that wait)."""
+    start = agree_on_start(store, it, world, margin_ns, await_start)
+    wait = (start - time.time_ns()) / 1e9
     if wait > 0:
         time.sleep(wait)
     return int(wait < 0)
