@@ -34,8 +34,12 @@ from testbed.spec.workload import FLOAT32_BYTES, reduce_step_s, ring_chunk_bytes
 ns = time.monotonic_ns
 # A step's chunk travels as messages of at most this many bytes, all posted at once (gloo
 # keeps the order of messages with one tag between two ranks): the buffers stay this small
-# however large the gradients are; the bytes on the wire are the same.
-PIECE_BYTES = 4 << 20
+# however large the gradients are; the bytes on the wire are the same. Smaller pieces also
+# moved faster: tests/train/test_emulated_dp.py's cell (13.7 MB per step over 1 Gbit/s host
+# links, predicted 0.409 s) measured 0.64 s with 16 MiB pieces (and with whole chunks),
+# 0.48 s with 4 MiB, 0.43 s with 1 MiB, 0.42 s with 256 KiB (one run each, busy machine);
+# below 1 MiB the Python calls per piece grow for little gain.
+PIECE_BYTES = 1 << 20
 
 
 class RingTransfer:

@@ -45,7 +45,7 @@ ring.recv_buf.fill_(-1.0)
 ring.start(0, 7).wait()
 got = set(ring.recv_buf.tolist())
 sent = set(ring.send_buf.tolist())
-print(len(tracer.steps), sorted(got), sorted(sent), ring.pieces(7))
+print(len(tracer.steps), sorted(got), sorted(sent), ring.pieces(7) == [PIECE_BYTES // 4] * 2 + [PIECE_BYTES // 8])
 dist.destroy_process_group()
 """
 
@@ -77,7 +77,7 @@ def test_the_ring_copies_and_never_adds(tmp_path):
         assert out.split("[")[0].strip() == "4", out
         prev = (rank - 1) % 3 + 1.0
         assert f"[{prev}] [{rank + 1.0}]" in out, (rank, out)
-        assert out.strip().endswith("[1048576, 1048576, 524288]"), out
+        assert out.strip().endswith("True"), out  # two whole pieces and a half
 
 
 @pytest.mark.slow
