@@ -8,7 +8,8 @@
    Every worker's /proc is sampled every ``SAMPLE_S``: peak VmHWM, peak RssAnon, peak private
    memory (Private_Clean + Private_Dirty of smaps_rollup), and its CPU time (utime + stime).
    ``executor MB`` = peak private − the floor's private after importing the worker module:
-   what the rank holds beyond what a pre-started rank pool can share.
+   what the rank holds beyond what a pre-started rank pool can share (the floor is another
+   process, so a rank that adds nothing reads a few MB either side of 0).
 3. ``allreduce``: two processes over loopback all-reduce one stage's gradients (``GRAD_MB``)
    ``ROUNDS`` times, with gloo's ``dist.all_reduce`` (what emulated ranks did before, and real
    compute still does) and with the emulated ring (``testbed.train.ring``, same bytes on the

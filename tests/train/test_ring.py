@@ -45,7 +45,8 @@ ring.recv_buf.fill_(-1.0)
 ring.start(0, 7).wait()
 got = set(ring.recv_buf.tolist())
 sent = set(ring.send_buf.tolist())
-print(len(tracer.steps), sorted(got), sorted(sent), ring.pieces(7) == [PIECE_BYTES // 4] * 2 + [PIECE_BYTES // 8])
+whole = ring.pieces(7) == [PIECE_BYTES // 4] * 2 + [PIECE_BYTES // 8]
+print(len(tracer.steps), sorted(got), sorted(sent), whole)
 dist.destroy_process_group()
 """
 
