@@ -13,10 +13,14 @@ Record types (field ``type``):
   common start), late_starts (iterations this rank heard of it too late).
 - ``iter``: iter (0-based), warmup (bool), t0, t1 (iteration start/end on this rank), loss
   (float or null; real compute on the last stage only).
-- ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/OPT; waits are
-  RECV_F/RECV_B/SEND_WAIT/ALLREDUCE_WAIT/P2P_WAIT), stage, mb (microbatch or null), t0, t1, cat ("compute" | "comm" | "wait"), bytes (payload bytes, 0 for
-  compute), peer (global rank or null). For compute, t0..t1 is pure compute; a ``wait`` record
-  is time blocked on communication (e.g. waiting for an activation to arrive).
+- ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/ALLREDUCE_STEP/OPT;
+  waits are RECV_F/RECV_B/SEND_WAIT/ALLREDUCE_WAIT/P2P_WAIT), stage, mb (microbatch or null),
+  t0, t1, cat ("compute" | "comm" | "wait"), bytes (payload bytes, 0 for compute), peer
+  (global rank or null). For compute, t0..t1 is pure compute; a ``wait`` record is time
+  blocked on communication (e.g. waiting for an activation to arrive).
+  ``ALLREDUCE_STEP`` (emulated compute with dp > 1, ``testbed/train/ring.py``): one step of the
+  ring all-reduce, recorded from the thread that drives it, so it overlaps the rank's other
+  records; ``mb`` is the step (0 … 2(dp−1)−1), bytes the chunk sent, peer the next rank.
 - ``fill`` (only with ``workload.filler``): iter, at (the wait it filled: RECV_F/RECV_B/
   SEND_WAIT/ALLREDUCE_WAIT, or TAIL for the barrier after the iteration), stage, mb, t0, t1
   (the run of filler requests), requests, tokens, arrived (when the awaited transfer completed;

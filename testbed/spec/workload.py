@@ -341,3 +341,25 @@ def gradient_bytes(w: Workload, stages: list[int]) -> int:
     n = w.parallel.pp * w.chunks
     numel = sum(stage_params(w.model, s, n) for s in stages)
     return max(1, int(numel * bytes_factor(w))) * FLOAT32_BYTES
+
+
+# ---------------------------------------------------------------- data-parallel all-reduce
+
+# A GPU's rate of adding a received gradient chunk into its own during a ring all-reduce, in
+# bytes of the chunk per second. The addition is memory-bound: it reads two chunks and writes
+# one, so the rate is the memory bandwidth / 3; an A100 40GB's HBM2e moves 1.555 TB/s (data
+# sheet). Emulated compute sleeps this time instead of adding (testbed/train/ring.py), and the
+# simulator adds the same (testbed/sim/inputs.py). Like serialization, it scales with the bytes
+# moved (bytes_scale).
+GPU_REDUCE_BYTES_PER_S = 1.555e12 / 3
+
+
+def ring_chunk_bytes(grad_bytes: int, dp: int) -> int:
+    """Bytes one step of a ring all-reduce of ``grad_bytes`` over ``dp`` replicas moves to
+    the next rank (grad_bytes / dp, rounded up to whole float32 elements)."""
+    return math.ceil(grad_bytes / FLOAT32_BYTES / dp) * FLOAT32_BYTES
+
+
+def reduce_step_s(chunk_bytes: int) -> float:
+    """Modelled time (s) of one reduce-scatter step's addition of a ``chunk_bytes`` chunk."""
+    return chunk_bytes / GPU_REDUCE_BYTES_PER_S
