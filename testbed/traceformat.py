@@ -8,9 +8,11 @@ Record types (field ``type``):
 - ``meta`` (first line): rank, world_size, pp_rank, dp_rank, stages (virtual stages owned),
   schedule, executor ("ir" | "torch"), compute_mode ("real" | "emulated"), microbatches,
   microbatch_size, seq_len, connections (TCP connections per transfer), host, torch_version,
-  clock ("monotonic").
-- ``start_sync`` (last before ``end``): margin_ms (how far ahead rank 0 set each iteration's
-  common start), late_starts (iterations this rank heard of it too late).
+  clock ("monotonic"), pid and ppid (the rank's process and its parent).
+- ``start_sync`` (last before ``end``): margin_ms (how far ahead of the last rank's arrival
+  each iteration's common start was set, at first), final_margin_ms (the same at the end: it
+  widens after late starts, see testbed.train.sync), late_starts (iterations this rank heard
+  of it too late).
 - ``iter``: iter (0-based), warmup (bool), t0, t1 (iteration start/end on this rank), loss
   (float or null; real compute on the last stage only).
 - ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/ALLREDUCE_STEP/OPT;

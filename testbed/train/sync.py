@@ -44,15 +44,42 @@ def store_round_trip_ns(store: dist.Store, tries: int = 3) -> int:
     return worst
 
 
-def agree_on_start(store: dist.Store, it: int, world: int, margin_ns: int,
-                   await_start=lambda work: work.wait()) -> int:
-    """The start time (``time.time_ns``) of iteration ``it``, the same on every rank; returns
-    once every rank has called it. ``await_start`` waits for the start time to be set (a
-    filler may fill that wait)."""
-    if store.add(f"sync/{it}/arrived", 1) == world:
-        store.set(f"sync/{it}/start", str(time.time_ns() + margin_ns))
-    work = StoreWait(store, f"sync/{it}/start")
-    await_start(work)
-    if work.value is None:  # a filler that did not wait through the work object
-        work.wait()
-    return int(work.value)
+# One store counter per iteration carries three sums: ranks arrived (bits 0-19), ranks that
+# started the iteration before late (bits 20-39) and their lateness in ms (bits 40-62)
+RANKS = 1 << 20
+LATE_RANKS = 1 << 20
+LATE_MS = 1 << 40
+MS = 1_000_000
+
+
+class StartSync:
+    """Agrees on each iteration's start time (``time.time_ns``) across all ranks.
+
+    The last rank to arrive sets it ``margin_ns`` ahead. The margin adapts: a rank that heard
+    of the start too late (the link got slower, e.g. a time-varying step) says by how much
+    when it arrives next; the last arrival then widens the margin by twice the mean lateness
+    and hands the new margin on with the start time, so every rank keeps the same one."""
+
+    def __init__(self, store: dist.Store, world: int, margin_ns: int):
+        self.store, self.world, self.margin_ns = store, world, margin_ns
+        self.late_ns = 0
+
+    def agree(self, it: int, await_start=lambda work: work.wait()) -> int:
+        """Iteration ``it``'s start time; returns once every rank has called it.
+        ``await_start`` waits for the start time (a filler may fill that wait)."""
+        late_ms = -(-self.late_ns // MS)
+        count = self.store.add(f"sync/{it}/arrived",
+                               1 + (LATE_RANKS if late_ms else 0) + late_ms * LATE_MS)
+        if count % RANKS == self.world:
+            late_ranks, late_total_ms = count // RANKS % LATE_RANKS, count // LATE_MS
+            if late_ranks:
+                self.margin_ns += 2 * late_total_ms * MS // late_ranks
+            start = time.time_ns() + self.margin_ns
+            self.store.set(f"sync/{it}/start", f"{start} {self.margin_ns}")
+        work = StoreWait(self.store, f"sync/{it}/start")
+        await_start(work)
+        if work.value is None:  # a filler that did not wait through the work object
+            work.wait()
+        start, self.margin_ns = (int(x) for x in work.value.split())
+        self.late_ns = max(0, time.time_ns() - start)
+        return start

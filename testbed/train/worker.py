@@ -30,7 +30,7 @@ from testbed.schedule.lower import lower
 from testbed.schedule.registry import CROSS_DC_SCHEDULES
 from testbed.train.executor import Executor, RankContext
 from testbed.train.filler import TAIL, Filler, NoFiller
-from testbed.train.sync import agree_on_start, default_store, store_round_trip_ns
+from testbed.train.sync import StartSync, default_store, store_round_trip_ns
 from testbed.train.torch_executor import TorchExecutor, pipeline_groups
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transport, connection_groups
@@ -161,13 +161,14 @@ def _executor(cell: CellFile, slot, world: int, tracer):
 
 def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool) -> None:
     """Every iteration, each started at one instant on every rank, then the closing barrier."""
-    store, world = default_store(), dist.get_world_size()
-    margin_ns = _start_margin_ns(store)
+    store = default_store()
+    sync = StartSync(store, dist.get_world_size(), _start_margin_ns(store))
+    margin_ms = sync.margin_ns / 1e6
     late = 0
     for it in range(w.iterations):
         if it == fault:
             raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
-        late += _start_together(store, it, world, margin_ns, _tail(filler, it - 1))
+        late += _start_together(sync, it, _tail(filler, it - 1))
         if alternate:
             tracer.actions = it % 2 == 0
         t0 = time.monotonic_ns()
@@ -176,7 +177,8 @@ def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool) -> None:
                       t1=time.monotonic_ns(), loss=loss)
         tracer.flush()
     _tail(filler, w.iterations - 1)(dist.barrier(async_op=True))
-    tracer.record(type="start_sync", margin_ms=margin_ns / 1e6, late_starts=late)
+    tracer.record(type="start_sync", margin_ms=margin_ms, final_margin_ms=sync.margin_ns / 1e6,
+                  late_starts=late)
 
 
 def _schedule(cell: CellFile, w):
@@ -218,16 +220,16 @@ def _start_margin_ns(store) -> int:
     return int(worst.item()) * 2 + 2_000_000
 
 
-def _start_together(store, it: int, world: int, margin_ns: int,
-                    await_start=lambda work: work.wait()) -> int:
+def _start_together(sync: StartSync, it: int, await_start=lambda work: work.wait()) -> int:
     """Start iteration ``it`` on every rank at the same instant. A barrier alone releases
     ranks up to two one-way delays apart across a slow link, and the late ones would count as
-    pipeline bubble; so once every rank has arrived the last of them sets a start time
-    ``margin_ns`` ahead (wall clock: shared by the namespaces of one machine, NTP-synchronised
-    across lab hosts) and everyone sleeps until then (see testbed.train.sync). Returns 1 if
+    pipeline bubble; so once every rank has arrived the last of them sets a start time a
+    margin ahead (wall clock: shared by the namespaces of one machine, NTP-synchronised across
+    lab hosts) and everyone sleeps until then (see testbed.train.sync: the margin widens when
+    a rank was late). Returns 1 if
     this rank heard of it too late (the start is skewed). ``await_start`` waits for the start
     time (the filler fills that wait)."""
-    start = agree_on_start(store, it, world, margin_ns, await_start)
+    start = sync.agree(it, await_start)
     wait = (start - time.time_ns()) / 1e9
     if wait > 0:
         time.sleep(wait)
