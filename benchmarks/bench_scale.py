@@ -73,7 +73,8 @@ def run_sweep(extra: list[str], results: Path) -> tuple[float, Path]:
     """``testbed run`` the scale experiment; (wall s, run directory)."""
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-m", "testbed", "run", str(EXPERIMENT), "--results",
-                    str(results), "--quiet", *extra], cwd=ROOT, check=False)
+                    str(results), "--quiet", *extra], cwd=ROOT, check=False,
+                   stdout=subprocess.DEVNULL)
     runs = sorted((results / "bench-scale").iterdir())
     return time.monotonic() - t0, runs[-1]
 
@@ -185,7 +186,8 @@ def main() -> int:
             rows += cell_table(cold_dir, mem, base, "cold")
         t0 = time.monotonic()
         subprocess.run([sys.executable, "-m", "testbed", "run", str(QUICKSTART), "--results",
-                        str(Path(tmp) / "qs"), "--quiet"], cwd=ROOT, check=False)
+                        str(Path(tmp) / "qs"), "--quiet"], cwd=ROOT, check=False,
+                       stdout=subprocess.DEVNULL)
         quickstart_s = time.monotonic() - t0
         mem.running = False
         print()
