@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="record every action (default), none (iterations only), or only in "
                          "even iterations (to measure the tracing overhead within one run)")
     args = ap.parse_args(argv)
+    started_ns = time.monotonic_ns()
     tracer = None
     try:
         env = read_env()
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         tracer = Tracer(args.out / f"trace-rank{int(env['RANK'])}.jsonl",
                         actions=args.trace_actions != "none")
-        run(cell, env, tracer, alternate=args.trace_actions == "alternate")
+        run(cell, env, tracer, alternate=args.trace_actions == "alternate",
+            started_ns=started_ns)
         tracer.end("ok", None)
         return 0
     except BaseException as e:  # noqa: BLE001 — every failure becomes a one-line report
@@ -95,7 +97,8 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {head}" if head else type(e).__name__
 
 
-def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False) -> None:
+def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False,
+        started_ns: int | None = None) -> None:
     """Join the process group, run the cell's iterations on this rank, leave the group."""
     w = cell.workload
     rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
@@ -106,9 +109,10 @@ def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False) ->
     except CellFileError as e:
         raise WorkerFailure(str(e)) from None
     _join(rank, world)
+    times = {"started": started_ns, "joined": time.monotonic_ns()}
     filler = NoFiller()
     try:
-        ex, filler = _executor(cell, slot, world, tracer)
+        ex, filler = _executor(cell, slot, world, tracer, times)
         _iterate(ex, filler, w, tracer, _injected_fault(rank, cell.cell_id), alternate)
     except BaseException as e:
         # when it failed, before tearing the group down: the runner names the rank whose
@@ -131,8 +135,9 @@ def _join(rank: int, world: int) -> None:
                             timeout=datetime.timedelta(seconds=timeout))
 
 
-def _executor(cell: CellFile, slot, world: int, tracer):
-    """(executor, filler) of this rank, after recording the trace's meta record."""
+def _executor(cell: CellFile, slot, world: int, tracer, times: dict[str, int | None]):
+    """(executor, filler) of this rank, after recording the trace's meta record (with
+    ``times``: when the worker started and when it had joined, monotonic ns)."""
     w = cell.workload
     pp, dp = w.parallel.pp, w.parallel.dp
     # only this rank's data-parallel group, synchronised among its members: a group every rank
@@ -149,7 +154,7 @@ def _executor(cell: CellFile, slot, world: int, tracer):
                   microbatches=w.microbatches, microbatch_size=w.microbatch_size,
                   connections=w.connections, filler_mode=w.filler_mode,
                   seq_len=w.model.seq_len, host=socket.gethostname(), pid=os.getpid(),
-                  ppid=os.getppid(),
+                  ppid=os.getppid(), **times,
                   torch_version=torch.__version__, clock="monotonic")
     if w.executor == "torch":
         pipes = pipeline_groups(pp, dp)
