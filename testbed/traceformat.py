@@ -7,8 +7,9 @@ Record types (field ``type``):
 
 - ``meta`` (first line): rank, world_size, pp_rank, dp_rank, stages (virtual stages owned),
   schedule, executor ("ir" | "torch"), compute_mode ("real" | "emulated"), microbatches,
-  microbatch_size, seq_len, connections (TCP connections per transfer), host, torch_version,
-  clock ("monotonic").
+  microbatch_size, seq_len, connections (TCP connections per transfer), host, local_rank and
+  local_world_size (the rank's place among its host's ranks), cuda_visible_devices (its GPU,
+  null when none was given), torch_version, clock ("monotonic").
 - ``start_sync`` (last before ``end``): margin_ms (how far ahead rank 0 set each iteration's
   common start), late_starts (iterations this rank heard of it too late).
 - ``iter``: iter (0-based), warmup (bool), t0, t1 (iteration start/end on this rank), loss
