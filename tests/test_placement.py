@@ -122,6 +122,11 @@ def test_in_order_never_builds_link_costs():
 
 # ---------------------------------------------------------------- several ranks per host
 
+import json  # noqa: E402
+
+from testbed.launch.cellfile import CellFile  # noqa: E402
+from testbed.spec import Workload  # noqa: E402
+
 
 def _hosts(slots) -> list[tuple[int, str, int, int]]:
     return [(s.rank, s.dc, s.host_index, s.local_rank) for s in slots]
@@ -170,12 +175,10 @@ def test_link_aware_placements_keep_a_hosts_ranks_in_one_dc():
 
 def test_cell_files_without_local_rank_still_read(tmp_path):
     # cell.json written before ranks_per_host existed: every slot is local rank 0
-    from testbed.launch.cellfile import CellFile
-    from testbed.spec import Workload
     old = CellFile(cell_id="c1", workload=Workload(), placement=in_order(_topo(2, 2), 4, 1))
     data = old.model_dump(mode="json")
     for slot in data["placement"]:
         del slot["local_rank"]
     path = tmp_path / "cell.json"
-    path.write_text(__import__("json").dumps(data))
+    path.write_text(json.dumps(data))
     assert [s.local_rank for s in CellFile.read(path).placement] == [0, 0, 0, 0]
