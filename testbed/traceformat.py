@@ -7,9 +7,11 @@ Record types (field ``type``):
 
 - ``meta`` (first line): rank, world_size, pp_rank, dp_rank, stages (virtual stages owned),
   schedule, executor ("ir" | "torch"), compute_mode ("real" | "emulated"), microbatches,
-  microbatch_size, seq_len, connections (TCP connections per transfer), host, torch_version,
-  clock ("monotonic"), pid and ppid (the rank's process and its parent), started and joined
-  (monotonic ns: the worker's start and the end of its process-group rendezvous).
+  microbatch_size, seq_len, connections (TCP connections per transfer), host, local_rank and
+  local_world_size (the rank's place among its host's ranks), cuda_visible_devices (its GPU,
+  null when none was given), torch_version, clock ("monotonic"), pid and ppid (the rank's
+  process and its parent), started and joined (monotonic ns: the worker's start and the end of
+  its process-group rendezvous).
 - ``start_sync`` (last before ``end``): margin_ms (how far ahead of the last rank's arrival
   each iteration's common start was set, at first), final_margin_ms (the same at the end: it
   widens after late starts, see testbed.train.sync), late_starts (iterations this rank heard

@@ -41,7 +41,8 @@ class ModelSpec(Strict):
 
 
 class Parallel(Strict):
-    """Pipeline stages (pp) × data-parallel replicas (dp); one rank per host."""
+    """Pipeline stages (pp) × data-parallel replicas (dp); ``workload.ranks_per_host`` ranks
+    share each host."""
 
     pp: int = Field(4, ge=1, le=128)
     dp: int = Field(1, ge=1, le=128)
@@ -152,6 +153,12 @@ class Workload(Strict):
     program: Program | None = Field(None, description="run this program on every rank "
                                                       "instead of the built-in worker")
     chunks: int = Field(1, ge=1, le=16, description="virtual stages per rank")
+    ranks_per_host: int = Field(
+        1, ge=1, le=64,
+        description="ranks on each host (a lab node with this many GPUs): consecutive ranks "
+                    "placed in a DC fill one host before the next; each gets LOCAL_RANK and, "
+                    "where the host has GPUs, CUDA_VISIBLE_DEVICES=<LOCAL_RANK>; transfers "
+                    "between ranks of one host are not shaped")
     microbatches: int = Field(8, ge=1, le=4096)
     microbatch_size: int = Field(1, ge=1, le=4096)
     executor: Literal["ir", "torch"] = "ir"

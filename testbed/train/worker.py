@@ -37,6 +37,8 @@ from testbed.train.transport import Transport, connection_groups
 
 DEFAULT_TIMEOUT_S = 600
 ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+# recorded in the trace's meta record when given (a rank's place on its host)
+LOCAL_ENV = ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES")
 
 
 class WorkerFailure(Exception):
@@ -48,7 +50,7 @@ def read_env() -> dict[str, str]:
     if missing:
         raise WorkerFailure(f"missing environment variables {', '.join(missing)} "
                             "(the runner or torchrun sets them)")
-    return {k: os.environ[k] for k in ENV}
+    return {k: os.environ[k] for k in (*ENV, *LOCAL_ENV) if k in os.environ}
 
 
 def read_cell(path: Path) -> CellFile:
@@ -112,7 +114,7 @@ def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False,
     times = {"started": started_ns, "joined": time.monotonic_ns()}
     filler = NoFiller()
     try:
-        ex, filler = _executor(cell, slot, world, tracer, times)
+        ex, filler = _executor(cell, slot, world, tracer, {**times, **_local(env)})
         _iterate(ex, filler, w, tracer, _injected_fault(rank, cell.cell_id), alternate)
     except BaseException as e:
         # when it failed, before tearing the group down: the runner names the rank whose
@@ -135,9 +137,18 @@ def _join(rank: int, world: int) -> None:
                             timeout=datetime.timedelta(seconds=timeout))
 
 
-def _executor(cell: CellFile, slot, world: int, tracer, times: dict[str, int | None]):
-    """(executor, filler) of this rank, after recording the trace's meta record (with
-    ``times``: when the worker started and when it had joined, monotonic ns)."""
+def _local(env: dict[str, str]) -> dict:
+    """What this rank was told about its host: LOCAL_RANK, LOCAL_WORLD_SIZE and its GPU
+    (CUDA_VISIBLE_DEVICES, None when not set), as the meta record keeps them."""
+    return {"local_rank": int(env.get("LOCAL_RANK", 0)),
+            "local_world_size": int(env.get("LOCAL_WORLD_SIZE", 1)),
+            "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
+
+
+def _executor(cell: CellFile, slot, world: int, tracer, info: dict):
+    """(executor, filler) of this rank, after recording the trace's meta record (``info``:
+    when the worker started and joined, monotonic ns, and its place on its host, see
+    ``_local``)."""
     w = cell.workload
     pp, dp = w.parallel.pp, w.parallel.dp
     # only this rank's data-parallel group, synchronised among its members: a group every rank
@@ -154,7 +165,7 @@ def _executor(cell: CellFile, slot, world: int, tracer, times: dict[str, int | N
                   microbatches=w.microbatches, microbatch_size=w.microbatch_size,
                   connections=w.connections, filler_mode=w.filler_mode,
                   seq_len=w.model.seq_len, host=socket.gethostname(), pid=os.getpid(),
-                  ppid=os.getppid(), **times,
+                  ppid=os.getppid(), **info,
                   torch_version=torch.__version__, clock="monotonic")
     if w.executor == "torch":
         pipes = pipeline_groups(pp, dp)
