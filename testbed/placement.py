@@ -1,7 +1,10 @@
 """Placement: which DC and host run each rank.
 
 Global rank = dp_rank × pp + pp_rank (the worker's layout). Every strategy keeps a pipeline
-stage's DP replicas in one DC (the all-reduce stays inside it) and gives each rank its own host.
+stage's DP replicas in one DC (the all-reduce stays inside it). A DC holds hosts ×
+``ranks_per_host`` ranks: the ranks placed in a DC, in rank order, fill one host before the
+next (the DC's k-th rank runs on host k // ranks_per_host as local rank k % ranks_per_host), so
+a host's ranks are always in one DC and consecutive stages share a host where they can.
 A strategy chooses the DC of each stage:
 
 - ``in_order``: contiguous blocks of stages, one block per DC in file order, as even as the DC
@@ -67,6 +70,7 @@ class PlacementProblem:
     cost: Callable[[str, str], LinkCost]
     serialization_s: Callable[[int, LinkCost], float]
     evaluate: Callable[[list[Slot]], float] | None = None
+    ranks_per_host: int = 1
 
     def boundary_s(self, a: str, b: str) -> tuple[float, float]:
         """(one-way delay, serialization of one message) from DC a to DC b, the slower of the
@@ -77,8 +81,9 @@ class PlacementProblem:
                     self.serialization_s(self.message_bytes, back)))
 
     def stage_capacity(self) -> dict[str, int]:
-        """Stages each DC can hold: hosts // dp (all replicas of a stage in one DC)."""
-        return {dc.name: dc.hosts // self.dp for dc in self.topology.dcs}
+        """Stages each DC can hold: hosts × ranks_per_host // dp (all replicas of a stage in
+        one DC)."""
+        return {dc.name: dc.hosts * self.ranks_per_host // self.dp for dc in self.topology.dcs}
 
     def linear_time_s(self, dcs: list[str]) -> float:
         """The linear model CBA's ILP minimises, for a stage → DC list."""
@@ -95,42 +100,50 @@ def stage_dcs(topology: Topology, pp: int) -> list[str]:
     return [names[s * n // pp] for s in range(pp)]
 
 
-def slots_for(topology: Topology, dcs: list[str], dp: int, strategy: str) -> list[Slot]:
+def slots_for(topology: Topology, dcs: list[str], dp: int, strategy: str,
+              ranks_per_host: int = 1) -> list[Slot]:
     """One slot per global rank (ordered by rank) for stage s in DC ``dcs[s]``; replica d of a
-    stage takes its DC's next free host. Raises SpecError when a DC has too few hosts."""
+    stage takes its DC's next free place, filling a host's ``ranks_per_host`` places before
+    the next host's. Raises SpecError when a DC has too few hosts."""
     used: dict[str, int] = {}
     slots = []
     for d in range(dp):
         for s, dc in enumerate(dcs):
-            j = used.get(dc, 0)
-            if j >= topology.dc(dc).hosts:
+            k = used.get(dc, 0)
+            room = topology.dc(dc).hosts * ranks_per_host
+            if k >= room:
                 need = dcs.count(dc) * dp
                 raise SpecError([Problem("placement", 0, 0, "placement",
-                                         f"{strategy} puts {need} ranks in DC {dc}, which has "
-                                         f"{topology.dc(dc).hosts} hosts")])
-            used[dc] = j + 1
-            slots.append(Slot(d * len(dcs) + s, s, d, dc, j))
+                                         f"{strategy} puts {need} ranks in DC {dc}, which "
+                                         f"holds {room} ({topology.dc(dc).hosts} hosts × "
+                                         f"ranks_per_host={ranks_per_host})")])
+            used[dc] = k + 1
+            slots.append(Slot(d * len(dcs) + s, s, d, dc, k // ranks_per_host,
+                              k % ranks_per_host))
     return slots
 
 
-def in_order(topology: Topology, pp: int, dp: int) -> list[Slot]:
-    """Contiguous, even stage blocks per DC in file order. Raises SpecError when a DC has
-    fewer hosts than the stages × replicas placed in it."""
-    return slots_for(topology, stage_dcs(topology, pp), dp, "in_order")
+def in_order(topology: Topology, pp: int, dp: int, ranks_per_host: int = 1) -> list[Slot]:
+    """Contiguous, even stage blocks per DC in file order. Raises SpecError when a DC holds
+    fewer ranks than the stages × replicas placed in it."""
+    return slots_for(topology, stage_dcs(topology, pp), dp, "in_order", ranks_per_host)
 
 
-def capacity_problem(topology: Topology, pp: int, dp: int, strategy: str) -> str | None:
-    """Why ``strategy`` cannot place pp × dp ranks on ``topology``, or None."""
+def capacity_problem(topology: Topology, pp: int, dp: int, strategy: str,
+                     ranks_per_host: int = 1) -> str | None:
+    """Why ``strategy`` cannot place pp × dp ranks, ``ranks_per_host`` per host, on
+    ``topology``, or None."""
     if strategy == "in_order":
         try:
-            in_order(topology, pp, dp)
+            in_order(topology, pp, dp, ranks_per_host)
         except SpecError as e:
             return e.problems[0].message
         return None
-    room = sum(dc.hosts // dp for dc in topology.dcs)
+    room = sum(dc.hosts * ranks_per_host // dp for dc in topology.dcs)
     if room < pp:
         return (f"{strategy} keeps a stage's {dp} replica(s) in one DC: the DCs hold "
-                f"{room} such stages, the pipeline has pp={pp}")
+                f"{room} such stages (ranks_per_host={ranks_per_host}), the pipeline has "
+                f"pp={pp}")
     return None
 
 
@@ -159,11 +172,12 @@ def atlas(problem: PlacementProblem) -> list[Slot]:
     if best is None:
         raise SpecError([Problem("placement", 0, 0, "placement",
                                  capacity_problem(problem.topology, problem.pp, problem.dp,
-                                                  "atlas") or "atlas found no placement")])
+                                                  "atlas", problem.ranks_per_host)
+                                 or "atlas found no placement")])
     dcs: list[str] = []
     for name in best[1]:
         dcs += [name] * min(cap[name], problem.pp - len(dcs))
-    return slots_for(problem.topology, dcs, problem.dp, "atlas")
+    return slots_for(problem.topology, dcs, problem.dp, "atlas", problem.ranks_per_host)
 
 
 # ---------------------------------------------------------------- CBA-style ILP
@@ -235,9 +249,11 @@ def cba(problem: PlacementProblem) -> list[Slot]:
     cands = cba_candidates(problem)
     if not cands:
         raise SpecError([Problem("placement", 0, 0, "placement",
-                                 capacity_problem(problem.topology, problem.pp, problem.dp, "cba")
+                                 capacity_problem(problem.topology, problem.pp, problem.dp, "cba",
+                                                  problem.ranks_per_host)
                                  or "the CBA ILP found no placement")])
-    placed = [slots_for(problem.topology, c, problem.dp, "cba") for c in cands]
+    placed = [slots_for(problem.topology, c, problem.dp, "cba", problem.ranks_per_host)
+              for c in cands]
     if problem.evaluate is None:
         return placed[0]
     times = [problem.evaluate(p) for p in placed]
@@ -250,11 +266,12 @@ def cba(problem: PlacementProblem) -> list[Slot]:
 
 
 def place(strategy: str, topology: Topology, pp: int, dp: int,
-          problem: Callable[[], PlacementProblem]) -> list[Slot]:
-    """The slots of ``strategy`` (one of PLACEMENT_STRATEGIES); ``problem`` builds the link costs, which
-    only the link-aware strategies ask for. Raises SpecError when it cannot place."""
+          problem: Callable[[], PlacementProblem], ranks_per_host: int = 1) -> list[Slot]:
+    """The slots of ``strategy`` (one of PLACEMENT_STRATEGIES), ``ranks_per_host`` ranks per
+    host; ``problem`` builds the link costs (with the same ``ranks_per_host``), which only the
+    link-aware strategies ask for. Raises SpecError when it cannot place."""
     if strategy == "in_order":
-        return in_order(topology, pp, dp)
+        return in_order(topology, pp, dp, ranks_per_host)
     link_aware = {"atlas": atlas, "cba": cba}
     if strategy not in link_aware:
         raise ValueError(f"unknown placement {strategy!r}; valid: {', '.join(PLACEMENT_STRATEGIES)}")

@@ -7,19 +7,28 @@ Record types (field ``type``):
 
 - ``meta`` (first line): rank, world_size, pp_rank, dp_rank, stages (virtual stages owned),
   schedule, executor ("ir" | "torch"), compute_mode ("real" | "emulated"), microbatches,
-  microbatch_size, seq_len, connections (TCP connections per transfer), host, torch_version,
-  clock ("monotonic").
-- ``start_sync`` (last before ``end``): margin_ms (how far ahead rank 0 set each iteration's
-  common start), late_starts (iterations this rank heard of it too late).
+  microbatch_size, seq_len, connections (TCP connections per transfer), host, local_rank and
+  local_world_size (the rank's place among its host's ranks), cuda_visible_devices (its GPU,
+  null when none was given), torch_version, clock ("monotonic"), pid and ppid (the rank's
+  process and its parent), started and joined (monotonic ns: the worker's start and the end of
+  its process-group rendezvous).
+- ``start_sync`` (last before ``end``): margin_ms (how far ahead of the last rank's arrival
+  each iteration's common start was set, at first), final_margin_ms (the same at the end: it
+  widens after late starts, see testbed.train.sync), late_starts (iterations this rank heard
+  of it too late).
 - ``iter``: iter (0-based), warmup (bool), t0, t1 (iteration start/end on this rank), loss
   (float or null; real compute on the last stage only).
-- ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/OPT; waits are
-  RECV_F/RECV_B/SEND_WAIT/ALLREDUCE_WAIT/P2P_WAIT), stage, mb (microbatch or null), t0, t1, cat ("compute" | "comm" | "wait"), bytes (payload bytes, 0 for
-  compute), peer (global rank or null). For compute, t0..t1 is pure compute; a ``wait`` record
-  is time blocked on communication (e.g. waiting for an activation to arrive). Emulated compute
-  records also have model_ns: the modelled duration the action was meant to take (its sleep),
-  so (t1 − t0) − model_ns is the action's overshoot (``testbed.runner.fidelity``); real
-  compute and a traced program's compute have no model_ns.
+- ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/ALLREDUCE_STEP/OPT;
+  waits are RECV_F/RECV_B/SEND_WAIT/ALLREDUCE_WAIT/P2P_WAIT), stage, mb (microbatch or null),
+  t0, t1, cat ("compute" | "comm" | "wait"), bytes (payload bytes, 0 for compute), peer
+  (global rank or null). For compute, t0..t1 is pure compute; a ``wait`` record is time
+  blocked on communication (e.g. waiting for an activation to arrive). Emulated compute
+  records (F/B/I/W) also have model_ns: the modelled duration the action was meant to take
+  (its sleep), so (t1 − t0) − model_ns is the action's overshoot (``testbed.runner.fidelity``);
+  real compute and a traced program's compute have no model_ns.
+  ``ALLREDUCE_STEP`` (emulated compute with dp > 1, ``testbed/train/ring.py``): one step of the
+  ring all-reduce, recorded from the thread that drives it, so it overlaps the rank's other
+  records; ``mb`` is the step (0 … 2(dp−1)−1), bytes the chunk sent, peer the next rank.
 - ``fill`` (only with ``workload.filler``): iter, at (the wait it filled: RECV_F/RECV_B/
   SEND_WAIT/ALLREDUCE_WAIT, or TAIL for the barrier after the iteration), stage, mb, t0, t1
   (the run of filler requests), requests, tokens, arrived (when the awaited transfer completed;

@@ -26,7 +26,7 @@ def test_dp_replicas_take_distinct_hosts():
 
 
 def test_rejects_a_dc_without_enough_hosts():
-    with pytest.raises(SpecError, match="puts 2 ranks in DC dc2, which has 1 hosts"):
+    with pytest.raises(SpecError, match="puts 2 ranks in DC dc2, which holds 1 "):
         in_order(_topo(4, 1), pp=4, dp=1)
 
 
@@ -102,10 +102,11 @@ def test_link_aware_placements_keep_replicas_in_one_dc():
 
 def test_capacity_problem_names_the_shortfall():
     assert capacity_problem(_topo(3, 3), 4, 2, "cba") == (
-        "cba keeps a stage's 2 replica(s) in one DC: the DCs hold 2 such stages, the pipeline "
-        "has pp=4")
+        "cba keeps a stage's 2 replica(s) in one DC: the DCs hold 2 such stages "
+        "(ranks_per_host=1), the pipeline has pp=4")
     assert capacity_problem(_topo(4, 4), 4, 2, "atlas") is None
-    assert "which has 1 hosts" in capacity_problem(_topo(4, 1), 4, 1, "in_order")
+    assert "which holds 1 (1 hosts × ranks_per_host=1)" in capacity_problem(_topo(4, 1), 4, 1,
+                                                                      "in_order")
 
 
 def test_in_order_never_builds_link_costs():
@@ -117,3 +118,67 @@ def test_in_order_never_builds_link_costs():
     assert [s.dc for s in slots] == ["dc1", "dc1", "dc2", "dc2"]
     with pytest.raises(ValueError, match="valid: in_order, atlas, cba"):
         place("random", _topo(2, 2), 4, 1, no_costs)
+
+
+# ---------------------------------------------------------------- several ranks per host
+
+import json  # noqa: E402
+
+from testbed.launch.cellfile import CellFile  # noqa: E402
+from testbed.spec import Workload  # noqa: E402
+
+
+def _hosts(slots) -> list[tuple[int, str, int, int]]:
+    return [(s.rank, s.dc, s.host_index, s.local_rank) for s in slots]
+
+
+def test_ranks_per_host_fills_a_host_before_the_next():
+    # pp=4 on two DCs of one host each: the DC boundary is between the hosts, stages 0|1 and
+    # 2|3 share a host
+    assert _hosts(in_order(_topo(1, 1), pp=4, dp=1, ranks_per_host=2)) == [
+        (0, "dc1", 0, 0), (1, "dc1", 0, 1), (2, "dc2", 0, 0), (3, "dc2", 0, 1)]
+    # a DC's k-th rank (replicas after the first pipeline) runs on host k // 2, local k % 2
+    assert _hosts(in_order(_topo(2, 2), pp=4, dp=2, ranks_per_host=2)) == [
+        (0, "dc1", 0, 0), (1, "dc1", 0, 1), (2, "dc2", 0, 0), (3, "dc2", 0, 1),
+        (4, "dc1", 1, 0), (5, "dc1", 1, 1), (6, "dc2", 1, 0), (7, "dc2", 1, 1)]
+    # a host that is not filled: the last host holds fewer
+    assert _hosts(in_order(_topo(2), pp=4, dp=1, ranks_per_host=3)) == [
+        (0, "dc1", 0, 0), (1, "dc1", 0, 1), (2, "dc1", 0, 2), (3, "dc1", 1, 0)]
+
+
+def test_capacity_counts_ranks_not_hosts():
+    assert capacity_problem(_topo(1, 1), 4, 1, "in_order", ranks_per_host=2) is None
+    assert capacity_problem(_topo(1, 1), 4, 1, "in_order") == (
+        "in_order puts 2 ranks in DC dc1, which holds 1 (1 hosts × ranks_per_host=1)")
+    assert capacity_problem(_topo(1, 1), 4, 2, "in_order", ranks_per_host=2) == (
+        "in_order puts 4 ranks in DC dc1, which holds 2 (1 hosts × ranks_per_host=2)")
+    assert capacity_problem(_topo(2, 2), 4, 2, "cba", ranks_per_host=2) is None
+    assert capacity_problem(_topo(2, 2), 4, 2, "cba") is not None
+    assert capacity_problem(_topo(2, 1), 6, 2, "atlas", ranks_per_host=2) == (
+        "atlas keeps a stage's 2 replica(s) in one DC: the DCs hold 3 such stages "
+        "(ranks_per_host=2), the pipeline has pp=6")
+
+
+def test_link_aware_placements_keep_a_hosts_ranks_in_one_dc():
+    for place in (atlas, cba):
+        prob = _problem(_topo(2, 2, 1), UNEQUAL, pp=4, dp=2)
+        prob.ranks_per_host = 2
+        slots = place(prob)
+        hosts = {}
+        for s in slots:
+            hosts.setdefault((s.dc, s.host_index), []).append(s.local_rank)
+        assert len(slots) == 8 and all(sorted(v) == list(range(len(v))) for v in hosts.values())
+        assert max(len(v) for v in hosts.values()) == 2 and len(hosts) == 4
+        for s in range(4):
+            assert len({x.dc for x in slots if x.pp_rank == s}) == 1
+
+
+def test_cell_files_without_local_rank_still_read(tmp_path):
+    # cell.json written before ranks_per_host existed: every slot is local rank 0
+    old = CellFile(cell_id="c1", workload=Workload(), placement=in_order(_topo(2, 2), 4, 1))
+    data = old.model_dump(mode="json")
+    for slot in data["placement"]:
+        del slot["local_rank"]
+    path = tmp_path / "cell.json"
+    path.write_text(json.dumps(data))
+    assert [s.local_rank for s in CellFile.read(path).placement] == [0, 0, 0, 0]

@@ -36,6 +36,9 @@ def add_subcommands(sub) -> None:
                    help="run only these cells (ids from `plan`)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--cold", action="store_true",
+                   help="start every cell from scratch: a new network, new worker processes "
+                        "and a new link measurement per cell (slower; for comparison)")
     p.set_defaults(func=_run)
 
 
@@ -51,7 +54,8 @@ def _run(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise MachineError("`run` needs root (namespaces, tc, iptables)",
                            "run it as root, e.g. sudo .venv/bin/python -m testbed run …")
-    opts = RunOptions(results=args.results, resume=args.resume, only=args.only, quiet=args.quiet)
+    opts = RunOptions(results=args.results, resume=args.resume, only=args.only, quiet=args.quiet,
+                      cold=args.cold)
     try:
         code, store = run_experiment(args.experiment, opts, console)
     except Interrupted as e:

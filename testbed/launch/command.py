@@ -8,13 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from testbed.errors import WorkerError
+
 WORKER_MODULE = "testbed.train.worker"
 MASTER_PORT = 29500
 
 
 @dataclass(frozen=True)
 class RankJob:
-    """What one rank is told: torchrun's variables plus the cell's timeout (seconds)."""
+    """What one rank is told: torchrun's variables plus the cell's timeout (seconds), and the
+    GPU it may use (``cuda_device``; None on a host without GPUs: CUDA_VISIBLE_DEVICES is then
+    left as the host has it)."""
 
     rank: int
     world_size: int
@@ -24,24 +28,46 @@ class RankJob:
     timeout_s: float
     local_rank: int = 0
     local_world_size: int = 1
+    cuda_device: int | None = None
 
 
 def worker_env(job: RankJob) -> dict[str, str]:
-    """The torchrun-compatible environment of one rank (added to the host's own)."""
-    return {
+    """The torchrun-compatible environment of one rank (added to the host's own), with
+    CUDA_VISIBLE_DEVICES when the rank was given a GPU."""
+    env = {
         "RANK": str(job.rank), "WORLD_SIZE": str(job.world_size),
         "LOCAL_RANK": str(job.local_rank), "LOCAL_WORLD_SIZE": str(job.local_world_size),
         "MASTER_ADDR": job.master_addr, "MASTER_PORT": str(job.master_port),
         "GLOO_SOCKET_IFNAME": job.iface, "NCCL_SOCKET_IFNAME": job.iface,
         "TESTBED_TIMEOUT_S": str(int(job.timeout_s)),
     }
+    if job.cuda_device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(job.cuda_device)
+    return env
+
+
+def cuda_device(host: str, local_rank: int, local_world_size: int, gpus: int) -> int | None:
+    """The GPU of a host's rank ``local_rank``: GPU ``local_rank`` where the host has ``gpus``
+    > 0, None where it has none. Raises WorkerError when the host has GPUs but fewer than the
+    ranks placed on it (they would share GPUs and measure each other)."""
+    if gpus <= 0:
+        return None
+    if local_world_size > gpus:
+        raise WorkerError(f"host {host} has {gpus} GPU(s) for {local_world_size} ranks: lower "
+                          f"workload.ranks_per_host to {gpus} or fewer")
+    return local_rank
+
+
+def worker_args(cell_file: PurePath, out_dir: PurePath, extra: tuple[str, ...] = ()
+                ) -> list[str]:
+    """The worker's arguments: ``--cell CELL --out DIR [extra…]``."""
+    return ["--cell", str(cell_file), "--out", str(out_dir), *extra]
 
 
 def worker_argv(python: str, cell_file: PurePath, out_dir: PurePath,
                 extra: tuple[str, ...] = ()) -> list[str]:
     """``python -m testbed.train.worker --cell CELL --out DIR [extra…]``."""
-    return [python, "-m", WORKER_MODULE, "--cell", str(cell_file), "--out", str(out_dir),
-            *extra]
+    return [python, "-m", WORKER_MODULE, *worker_args(cell_file, out_dir, extra)]
 
 
 # ---------------------------------------------------------------- your own program

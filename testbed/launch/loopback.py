@@ -47,7 +47,9 @@ def run_local(w: Workload, out: Path, timeout_s: float = 300, extra: list[str] =
     procs: dict[int, subprocess.Popen] = {}
     try:
         for rank in range(w.world_size):
-            job = RankJob(rank, w.world_size, LOOPBACK, port, "lo", timeout_s)
+            # every rank on this one host: local rank = rank (as the cell file's placement)
+            job = RankJob(rank, w.world_size, LOOPBACK, port, "lo", timeout_s, rank,
+                          w.world_size)
             procs[rank] = start_logged(worker_argv(sys.executable, cell, Path(out), tuple(extra)),
                                        worker_env(job), Path(d.worker_log(rank)))
     except BaseException:

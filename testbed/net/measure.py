@@ -16,9 +16,13 @@ from testbed.topology import ResolvedLink
 log = logging.getLogger(__name__)
 
 PING_COUNT = 40
-PING_INTERVAL_S = 0.02
-IPERF_SECONDS = 2.0
-IPERF_OMIT_S = 1.0      # leave slow start out of the average (it lasts ~10 RTTs)
+PING_INTERVAL_S = 0.01
+IPERF_SECONDS = 1.0
+# leave slow start out of the average: it lasts 10-20 round trips (cubic leaves it early on a
+# delay jump), so 25 are omitted (at least 0.5 s, at most 2 s: 2 s at 80 ms RTT)
+IPERF_OMIT_RTTS = 25
+IPERF_OMIT_MIN_S, IPERF_OMIT_MAX_S = 0.5, 2.0
+IPERF_OMIT_S = 1.0      # for callers that do not say
 IPERF_STREAMS = 4       # several connections fill a long fat link within the short test
 IPERF_PORT = 5201
 # iperf3's server takes a while to listen on a busy machine: up to 50 × 0.1 s
@@ -69,10 +73,15 @@ def rtt(net: Network, src: Node, dst: Node, count: int = PING_COUNT) -> tuple[fl
     return statistics.median(samples), percentile(samples, 99)
 
 
+def omit_s(rtt_ms: float) -> float:
+    """Seconds of an iperf3 test to leave out at a round trip of ``rtt_ms`` (slow start)."""
+    return min(IPERF_OMIT_MAX_S, max(IPERF_OMIT_MIN_S, IPERF_OMIT_RTTS * rtt_ms / 1000))
+
+
 def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECONDS,
-               streams: int = 1) -> float:
-    """TCP payload throughput src → dst in Mbit/s (iperf3 with ``streams`` connections, slow
-    start omitted)."""
+               streams: int = 1, omit: float = IPERF_OMIT_S) -> float:
+    """TCP payload throughput src → dst in Mbit/s (iperf3 with ``streams`` connections, the
+    first ``omit`` seconds, slow start, left out)."""
     server = net.popen(dst, ["iperf3", "-s", "-1", "-p", str(IPERF_PORT)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -80,7 +89,7 @@ def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECOND
         for _ in range(IPERF_CONNECT_TRIES):  # the server needs a moment to listen
             time.sleep(IPERF_CONNECT_WAIT_S)
             res = net.run(src, ["iperf3", "-c", str(dst.ip), "-p", str(IPERF_PORT), "-J",
-                                "-t", f"{seconds:g}", "-O", f"{IPERF_OMIT_S:g}",
+                                "-t", f"{seconds:g}", "-O", f"{omit:g}",
                                 "-P", str(streams)],
                           check=False, timeout=seconds + 60)
             if res.returncode == 0 or "Connection refused" not in res.stdout:
@@ -103,7 +112,8 @@ def measure_link(net: Network, link: ResolvedLink, rate: bool = True) -> LinkMea
                         link.a_to_b.rate_mbit)
     m.rtt_ms, m.rtt_ms_p99 = (round(x, 3) for x in rtt(net, a, b))
     if rate:
-        m.rate_mbit = round(throughput(net, a, b, streams=IPERF_STREAMS), 1)
+        m.rate_mbit = round(throughput(net, a, b, streams=IPERF_STREAMS,
+                                       omit=omit_s(m.rtt_ms_configured)), 1)
     return m
 
 

@@ -2,6 +2,7 @@
 to run things in them. Backends fill it; shapers, measurements and the runner use it."""
 from __future__ import annotations
 
+import glob
 import ipaddress
 import os
 import subprocess
@@ -14,6 +15,15 @@ from testbed.net.ledger import Ledger
 from testbed.topology import ResolvedLink, Topology
 
 RUN_TIMEOUT_S = 60.0
+# NVIDIA's driver makes one character device per GPU (/dev/nvidia0, /dev/nvidia1, …) besides
+# /dev/nvidiactl and /dev/nvidia-uvm: the numbered ones count the GPUs a host has, without
+# loading CUDA or needing nvidia-smi.
+GPU_DEVICES = "/dev/nvidia[0-9]*"
+
+
+def local_gpu_count(pattern: str = GPU_DEVICES) -> int:
+    """GPUs of this machine: the device files matching ``pattern``."""
+    return len(glob.glob(pattern))
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,10 @@ class Network:
         """``argv`` wrapped to run inside ``node``."""
         return self.backend.argv_in(node, argv)
 
+    def netns_file(self, node: Node) -> str | None:
+        """``node``'s network namespace file on this machine; None on a lab host."""
+        return self.backend.netns_file(node)
+
     def run(self, node: Node, argv: list[str], timeout: float = RUN_TIMEOUT_S,
             check: bool = True) -> subprocess.CompletedProcess:
         """Run ``argv`` inside ``node`` and wait; raises CommandError on failure when ``check``."""
@@ -86,6 +100,11 @@ class Network:
         proc = subprocess.Popen(self.argv_in(node, argv), start_new_session=True, **kwargs)
         self.ledger.add_process(proc.pid)
         return proc
+
+    def gpu_count(self, node: Node) -> int:
+        """GPUs the ranks started in ``node`` can use: every namespace of this machine sees
+        its GPUs (lab hosts override this with what each host reported)."""
+        return local_gpu_count()
 
     def files_dir(self, node: Node, local_dir: Path) -> PurePath:
         """Where a process started in ``node`` finds the files of ``local_dir`` (a cell

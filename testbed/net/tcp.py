@@ -1,4 +1,5 @@
-"""TCP settings every emulated host gets, whatever the machine's defaults are."""
+"""TCP settings every emulated host gets, whatever the machine's defaults are, and the root
+namespace limits an emulated network of many hosts needs."""
 from __future__ import annotations
 
 import logging
@@ -42,3 +43,32 @@ def allow_congestion_control(name: str) -> None:
     allowed_path.write_text(" ".join([*allowed, name]))
     log.info("added %s to net.ipv4.tcp_allowed_congestion_control (was: %s)", name,
              " ".join(allowed))
+
+
+NEIGH = Path("/proc/sys/net/ipv4/neigh/default")
+# Linux keeps the ARP entries of every network namespace in one table whose hard limit
+# (gc_thresh3, 1024 by default) counts them all: 64 hosts in 4 DCs already need ~1,100, and a
+# full table makes new neighbours fail ("No route to host") in every namespace of the machine.
+NEIGH_HEADROOM = 2      # room for other networks on the same machine
+NEIGH_MIN_EXTRA = 1024
+
+
+def neighbour_entries(topo: Topology) -> int:
+    """ARP entries a built topology needs: every host knows its DC's hosts and router; every
+    router its hosts and the routers it links to."""
+    hosts = [dc.hosts for dc in topo.dcs]
+    return sum(h * h for h in hosts) + sum(hosts) + 2 * len(topo.resolved_links())
+
+
+def make_room_for_neighbours(topo: Topology) -> None:
+    """Raise the machine's ARP table limits (root namespace) when ``topo`` would not fit with
+    room to spare; never lowers them. Logged and left in place, like the congestion control."""
+    want = NEIGH_HEADROOM * neighbour_entries(topo) + NEIGH_MIN_EXTRA
+    limits = {name: int((NEIGH / name).read_text()) for name in ("gc_thresh2", "gc_thresh3")}
+    if limits["gc_thresh3"] >= want:
+        return
+    new = {"gc_thresh2": max(limits["gc_thresh2"], want // 2), "gc_thresh3": want}
+    for name, value in new.items():
+        (NEIGH / name).write_text(str(value))
+    log.info("raised net.ipv4.neigh.default ARP limits for %d-host networks: %s (were %s)",
+             sum(dc.hosts for dc in topo.dcs), new, limits)

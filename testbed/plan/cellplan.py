@@ -174,7 +174,8 @@ def placement_problem(exp: Experiment, topology: Topology, paths: PathModel,
     return PlacementProblem(
         topology, w.parallel.pp, w.parallel.dp, w.microbatches, c.first.f, c.first.b,
         c.message_bytes, cost,
-        lambda n, lc: Path((), lc.rate_bps, lc.delay_s).serialization_s(n), evaluate)
+        lambda n, lc: Path((), lc.rate_bps, lc.delay_s).serialization_s(n), evaluate,
+        w.ranks_per_host)
 
 
 def plan_cell(cell: Cell) -> CellPlan:
@@ -189,7 +190,7 @@ def plan_cell(cell: Cell) -> CellPlan:
         times = stage_times(w)
         c = Costs(times, message_bytes(w)) if times is not None else None
         slots = place(exp.placement, topology, w.parallel.pp, w.parallel.dp,
-                      lambda: placement_problem(exp, topology, paths, c))
+                      lambda: placement_problem(exp, topology, paths, c), w.ranks_per_host)
         schedule = schedule_for(exp, paths, c, slots)
     except ValueError as e:  # compute times unknown, a schedule that cannot be built
         raise PlanError(f"cannot plan cell {cell.cell_id}: {e}") from None

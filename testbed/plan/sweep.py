@@ -23,7 +23,7 @@ def capacity_problems(le: LoadedExperiment, cells: list[Cell] | None = None) -> 
     for c in cells if cells is not None else le.cells:
         w = c.experiment.workload
         why = capacity_problem(c.experiment.topology, w.parallel.pp, w.parallel.dp,
-                               c.experiment.placement)
+                               c.experiment.placement, w.ranks_per_host)
         why = why or at_iteration_problem(c.experiment)
         if why:
             out.append(_problem(le, c, why))

@@ -96,8 +96,13 @@ class RemoteNetwork(Network):
         self.procs.append(proc)
         return proc
 
+    def gpu_count(self, node: Node) -> int:
+        """The GPUs the node's host reported when the lab was opened."""
+        return self.lab.gpus.get(node.name, 0)
+
     def files_dir(self, node: Node, local_dir: Path) -> PurePath:
-        """The run directory on the node's host (one per network, made by ``build``)."""
+        """The run directory on the node's host (one per network, made by ``build``; the
+        ranks of one host share it: their files are named by rank)."""
         return PurePosixPath(self.run_dir)
 
     def put(self, node: Node, local: Path, there: PurePath) -> None:
@@ -266,6 +271,7 @@ def bring_up(backend: RemoteBackend, topology: Topology, links: list[ResolvedLin
     record_dir.mkdir(parents=True, exist_ok=True)
     (record_dir / "lab.json").write_text(json.dumps(
         {"versions": lab.versions, "clocks": lab.clock_report(), "netem": lab.netem,
+         "gpus": lab.gpus,
          "hosts": {n.name: {"dc": n.dc, "addr": str(lab.host(n.name).addr),
                             "iface": n.iface} for n in net.hosts.values()}}, indent=2))
     sh = RemoteShaper(lab, shaping_plan(net), name=shaper, lab_links=links)

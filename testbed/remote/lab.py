@@ -15,6 +15,7 @@ from fabric import Connection
 import testbed
 
 from testbed.errors import MachineError
+from testbed.net.network import GPU_DEVICES
 from testbed.remote import clocks, ssh
 from testbed.remote.inventory import Inventory, LabHost, load_inventory
 
@@ -27,6 +28,18 @@ VERSION_PROBE = ("import json, platform, testbed, torch; print(json.dumps({'test
 NETEM_PROBE = ["sh", "-c", "test -d /sys/module/sch_netem || "
                "PATH=$PATH:/usr/sbin:/sbin modprobe -n -q sch_netem"]  # non-root PATH: no sbin
 VERSION_TIMEOUT_S = 120.0  # importing torch on a cold host takes a while
+
+
+def gpu_probe(pattern: str = GPU_DEVICES) -> list[str]:
+    """A command printing how many files match ``pattern`` (a host's GPUs, see
+    ``testbed.net.network.GPU_DEVICES``): 0 when the glob matches nothing and stays literal."""
+    return ["sh", "-c", f'set -- {pattern}; if [ -e "$1" ]; then echo "$#"; else echo 0; fi']
+
+
+def gpu_count(conn: Connection, host: LabHost, pattern: str = GPU_DEVICES) -> int:
+    """GPUs of one lab host (device files matching ``pattern``); raises CommandError when the
+    probe fails."""
+    return int(ssh.run(conn, host, gpu_probe(pattern)).stdout.split()[-1])
 
 
 def local_versions() -> dict[str, str]:
@@ -49,7 +62,8 @@ def resolve_path(ref: str, base: Path) -> Path:
 
 @dataclass
 class Lab:
-    """Open connections to an inventory's hosts and what was learnt about them."""
+    """Open connections to an inventory's hosts and what was learnt about them (versions,
+    clock offsets, netem, GPUs per host)."""
 
     inventory: Inventory
     known_hosts: Path
@@ -57,6 +71,7 @@ class Lab:
     versions: dict[str, dict] = field(default_factory=dict)
     offsets: dict[str, clocks.ClockOffset] = field(default_factory=dict)
     netem: dict[str, bool] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def open(cls, inventory: Path, dcs: list[str], known_hosts: str | Path,
@@ -73,6 +88,7 @@ class Lab:
                                   "measuring clock offsets")
             lab.netem = lab.each(lambda h, c: ssh.run(c, h, NETEM_PROBE, check=False)
                                  .returncode == 0, "probing netem")
+            lab.gpus = lab.each(lambda h, c: gpu_count(c, h), "counting GPUs")
         except BaseException:
             lab.close()
             raise

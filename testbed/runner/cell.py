@@ -1,10 +1,17 @@
-"""One cell's lifecycle: write the cell file → build → shape → verify → measure → launch →
-watch → metrics → row → teardown (always, in reverse order of build, also on failure or
-interrupt). The cell's plan is made before the sweep starts; nothing here re-plans."""
+"""One cell's lifecycle: write the cell file → network (kept from the cell before when the
+topology is the same, see ``livenet``) → shape → read back → launch → measure → watch →
+metrics → row. The network is torn down when the topology changes, after a failed cell, and at
+the end of the sweep (always, also on interrupt). The cell's plan is made before the sweep
+starts; nothing here re-plans.
+
+Built-in workers on this machine are forked from one pre-started interpreter
+(``testbed.launch.pool``), so the import of torch is paid once per sweep, not per rank and
+cell; programs and ranks on lab hosts start as processes of their own."""
 from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -12,10 +19,10 @@ from typing import Any
 
 from testbed.errors import TestbedError
 from testbed.launch.celldir import CellDir
+from testbed.launch.pool import RankPool
 from testbed.launch.supervise import watch_workers
 from testbed.net.backends.base import Backend
 from testbed.net.network import Network
-from testbed.net.measure import LinkMeasurement, measure_link
 from testbed.net.shaping.interface import Shaper
 from testbed.net.steps import StepPlayer
 from testbed.topology import ResolvedLink
@@ -23,6 +30,7 @@ from testbed.perfetto import export
 from testbed.plan import CellPlan
 from testbed.runner import columns
 from testbed.runner.fidelity import CpuSampler, assess
+from testbed.runner.livenet import LiveNetwork
 from testbed.runner.measured import cell_metrics
 from testbed.runner.series import measure
 from testbed.runner.store import RunStore
@@ -34,11 +42,17 @@ log = logging.getLogger(__name__)
 
 class CellRunner:
     """Runs the planned cells of one experiment on one backend; a context manager so that the
-    backend is opened and the shaper chosen once per sweep."""
+    backend is opened and the shaper chosen once per sweep. ``warm`` (the default) keeps the
+    network, the pre-started interpreter and link measurements across cells; without it every
+    cell starts from scratch (a new network, a process per rank, links measured again)."""
 
-    def __init__(self, backend: Backend, requested_shaper: str, store: RunStore):
+    def __init__(self, backend: Backend, requested_shaper: str, store: RunStore,
+                 warm: bool = True):
         self.backend, self.requested_shaper, self.store = backend, requested_shaper, store
         self.shaper_name = ""
+        self.warm = warm
+        self.pool = RankPool(sys.executable) if warm else None
+        self.live: LiveNetwork | None = None
 
     def __enter__(self) -> "CellRunner":
         self.backend.open()
@@ -48,10 +62,18 @@ class CellRunner:
             self.backend.close()
             raise
         log.info("shaper %s: %s", self.shaper_name, reason)
+        self.live = LiveNetwork(self.backend, self.shaper_name)
+        if self.backend.hosts_here and self.pool is not None:
+            self.pool.warm()  # torch's import overlaps building the first network
         return self
 
     def __exit__(self, *exc) -> None:
-        self.backend.close()
+        try:
+            self.live.close()
+            if self.pool is not None:
+                self.pool.close()
+        finally:
+            self.backend.close()
 
     def run(self, plan: CellPlan, repeat: int) -> dict[str, Any]:
         """Run one cell × repeat; always returns its row (status ok or failed)."""
@@ -64,6 +86,9 @@ class CellRunner:
         except TestbedError as e:
             log.warning("cell %s failed: %s", plan.cell.cell_id, e)
             row["status"], row["error"] = "failed", _one_line(str(e))
+            self.live.close()  # the next cell starts on a fresh network
+        if not self.warm:
+            self.live.close()
         row["duration_s"] = round(time.monotonic() - t0, 3)
         return row
 
@@ -86,13 +111,17 @@ class CellRunner:
     def _run(self, plan: CellPlan, repeat: int, cell_dir: CellDir) -> dict[str, Any]:
         exp = plan.experiment
         plan.cell_file(self.store.run_id, repeat).write(Path(cell_dir.cell_file))
-        row: dict[str, Any] = {}
+        clock = _Phases()
+        net, shaper = self.live.acquire(plan, Path(cell_dir.net))
+        clock.mark("network")
+        row: dict[str, Any] = {"network": net.tag}
+        row.update(self.live.measured_links(plan, f"{plan.cell.cell_id}/{repeat}"))
+        drops_before = _drops(shaper)
+        clock.mark("links")
+        row["network_setup_s"], row["measure_links_s"] = (round(s, 3) for _, s in clock.spent)
         with ExitStack() as stack:
-            net, shaper = self.backend.bring_up(plan.topology, plan.links, self.shaper_name,
-                                                Path(cell_dir.net), stack)
-            row.update(_measured_links(net, plan.links, exp.measure_links))
             t0 = time.monotonic()
-            procs = start_workers(net, plan, cell_dir, stack)
+            procs = start_workers(net, plan, cell_dir, stack, self.pool)
             player = _start_steps(shaper, plan.links, stack,
                                   IterationWatch(Path(cell_dir.trace(0))).done)
             # a shaper that dies mid-run (a delay line) fails the cell at once, naming the link
@@ -101,26 +130,31 @@ class CellRunner:
             row["wall_time_s"] = round(time.monotonic() - t0, 3)
             player.stop()  # no step half-applied while shaping is read back
             shaper.verify()  # still as set at the end of the run
-            row.update(_drops(shaper))
+            row.update(_drops(shaper, drops_before))
             _write_json(Path(cell_dir.steps), player.applied)
+            clock.mark("workers")
+        clock.mark("stop")
         row.update(_metrics(Path(cell_dir.root), plan, player))
         row.update(assess(Path(cell_dir.root), plan, row, cpu))
         export(Path(cell_dir.root))
+        clock.mark("metrics")
+        log.info("cell %s/%d took %s", plan.cell.cell_id, repeat, clock)
         return row
 
 
-def _measured_links(net: Network, links: list[ResolvedLink], measure: bool) -> dict[str, Any]:
-    """The link columns of every inter-DC link: configured, and measured RTT (and rate, when
-    the link is shaped) unless ``measure`` is off."""
-    out: dict[str, Any] = {}
-    for link in links:
-        if measure:
-            m = measure_link(net, link, rate=link.a_to_b.rate_mbit is not None).as_dict()
-        else:
-            m = LinkMeasurement(link.name, 0.0, None).as_dict()
-        log.info("link %s measured: %s", link.name, m)
-        out.update(columns.link_columns(link, m))
-    return out
+class _Phases:
+    """Seconds spent in each named phase of a cell (for the run log)."""
+
+    def __init__(self) -> None:
+        self.last, self.spent = time.monotonic(), []
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic()
+        self.spent.append((name, now - self.last))
+        self.last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {s:.2f} s" for name, s in self.spent)
 
 
 def _start_steps(shaper: Shaper, links: list[ResolvedLink], stack: ExitStack,
@@ -141,8 +175,14 @@ def _metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer) -> dict[str, An
     return cell_metrics(cell_dir, plan.experiment.workload)
 
 
-def _drops(shaper: Shaper) -> dict[str, Any]:
-    return {"delayline_drops": shaper.drops(), "queue_drops": shaper.queue_drops()}
+def _drops(shaper: Shaper, before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The shaper's drop counters; with ``before``, what they counted since then (a network
+    kept across cells keeps counting)."""
+    now = {"delayline_drops": shaper.drops(), "queue_drops": shaper.queue_drops()}
+    if before is None:
+        return now
+    return {k: v if v is None or before.get(k) is None else max(0, v - before[k])
+            for k, v in now.items()}
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -22,9 +22,15 @@ PREDICTED = ["predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_
 FILLER = ["filler_basis", "utilization", "training_utilization", "filler_requests_per_s",
           "filler_tokens_per_s", "filler_overrun_s"]
 # metrics_source: how the measured columns were obtained (testbed.runner.measured);
-# wall_time_s: from starting the workers to the last one's exit
+# wall_time_s: from starting the workers to the last one's exit;
+# network_setup_s, measure_links_s: this cell's time building (or re-shaping) its network and
+# measuring its links (0 when the cell before left both as needed);
+# network: the tag of the network the cell ran on (cells in a row with one topology share it);
+# links_measured_in: the cell/repeat whose link measurement these link columns are (made once
+# per link state and network: testbed.runner.livenet)
 BOOKKEEPING = ["metrics_source", "wall_time_s", "iterations_measured", "delayline_drops",
-               "queue_drops", "started_at",
+               "queue_drops", "network", "links_measured_in", "network_setup_s",
+               "measure_links_s", "started_at",
                "duration_s"]
 # self-fidelity (testbed.runner.fidelity): the verdict, what it could not check, and its signals
 FIDELITY = ["fidelity", "fidelity_unchecked", "compute_overshoot_p50_ms",

@@ -38,6 +38,7 @@ class RunOptions:
     resume: Path | None = None
     only: list[str] = field(default_factory=list)
     quiet: bool = False
+    cold: bool = False  # every cell from scratch (see CellRunner)
 
 
 class Interrupted(Exception):
@@ -120,7 +121,8 @@ def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int,
                   f"cell runs to do")
     lab = LabSettings.of(exp, Path(le.path).parent) if exp.remote is not None else None
     with _run_log(store), _signals_as_interrupt(), \
-            CellRunner(get_backend(exp.backend, lab), exp.shaper, store) as runner:
+            CellRunner(get_backend(exp.backend, lab), exp.shaper, store,
+                       warm=not opts.cold) as runner:
         _sweep(todo, runner, store, console, opts.quiet)
     failed = [r for r in store.rows if r.get("status") != "ok"]
     return (EXIT_CELLS_FAILED if failed else EXIT_OK), store

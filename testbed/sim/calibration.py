@@ -28,6 +28,8 @@ POST_RECV_S = 64e-6
 # gloo's throughput between two processes on an unshaped path, bytes/s: 4 MiB messages on
 # loopback took 3.06 ms from isend to the receiver (median), 0.32 ms of it fixed: 1.53 GB/s.
 # Not measured over veth (namespaces need root); raw veth TCP is about 2 GB/s (docs/facts.md).
+# Also the rate between two ranks of one host (workload.ranks_per_host > 1, sim.paths.SAME_HOST):
+# their bytes go through that host's loopback path, as in this measurement.
 UNSHAPED_BYTES_PER_S = 1.5e9
 # TCP over Ethernet: 1448 payload bytes (MSS with timestamps) per 1514 bytes that htb/tbf count.
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448

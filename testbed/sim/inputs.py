@@ -11,21 +11,25 @@ from testbed.schedule.lower import lower
 from testbed.sim import calibration as C
 from testbed.sim.engine import SimInput, StageTimes
 from testbed.sim.paths import PathModel
+from testbed.spec.workload import reduce_step_s, ring_chunk_bytes
 
 
 def allreduce_s(paths: PathModel, slots: list[Slot], pp: int, dp: int,
                 grad_bytes: list[int]) -> list[float]:
     """Ring all-reduce time (s) of each pipeline rank's ``grad_bytes`` over its dp replicas:
-    2(d−1) steps, each moving 1/d of the gradients over the slowest edge of the ring."""
+    2(d−1) steps, each moving 1/d of the gradients over the slowest edge of the ring, and
+    after each of the first d−1 the addition of the received chunk (``reduce_step_s``, which
+    emulated compute sleeps: testbed/train/ring.py)."""
     if dp == 1:
         return [0.0] * pp
     out = []
     for p in range(pp):
-        chunk = int(grad_bytes[p] / dp)
+        chunk = ring_chunk_bytes(grad_bytes[p], dp)
         ring = [slots[i * pp + p] for i in range(dp)]
         step = max(paths.path(a, b).serialization_s(chunk) + paths.path(a, b).delay_s
                    + C.MESSAGE_LATENCY_S for a, b in zip(ring, ring[1:] + ring[:1]))
-        out.append(2 * (dp - 1) * step)
+        reduce = reduce_step_s(chunk) + C.SLEEP_OVERSHOOT_S
+        out.append(2 * (dp - 1) * step + (dp - 1) * reduce)
     return out
 
 

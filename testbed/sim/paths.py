@@ -6,13 +6,24 @@ A path follows the network as built: a rank's host link to its DC (the DC's ``in
 capped at what ``connections`` TCP windows move per round trip (``tcp_buffer_max_mb`` ×
 ``TCP_WINDOW_PER_BUFFER`` each); the cap is applied as the rate of the path's FIFO, so
 concurrent transfers on one direction share it.
+
+Two ranks on one host (``workload.ranks_per_host`` > 1) talk through that host's own network
+stack: their path is ``SAME_HOST``, with no host link, no inter-DC link and nothing shaped.
 """
 from __future__ import annotations
 
 from testbed.launch.cellfile import Slot
 from testbed.topology import LinkProfile, ResolvedLink, Topology
 from testbed.sim import calibration as C
-from testbed.sim.engine import Path
+from testbed.sim.engine import UNSHAPED, Path
+
+# The path between two ranks of one host: the bytes never reach a NIC, so neither the DC's
+# host link (links.intra_dc) nor an inter-DC link carries them, and no tc qdisc or delay line
+# sees them (on netns and Mininet the host is one namespace, on a lab node one kernel). No
+# delay and no shaped hop; the bytes move at the rate two processes reach over loopback,
+# calibration.UNSHAPED_BYTES_PER_S (gloo, measured: 1.53 GB/s), plus the software latency
+# every message pays (calibration.MESSAGE_LATENCY_S).
+SAME_HOST = UNSHAPED
 
 Hop = tuple[str | None, float | None, float]   # (FIFO name when rate-shaped, bit/s, delay s)
 
@@ -49,7 +60,9 @@ class PathModel:
         return out
 
     def path(self, src: Slot, dst: Slot) -> Path:
-        """The path from ``src``'s host to ``dst``'s host."""
+        """The path from ``src``'s host to ``dst``'s host (``SAME_HOST`` when they share one)."""
+        if src.host == dst.host:
+            return SAME_HOST
         up = _hop(f"{src.dc}/{src.host_index} up", self.topo.dc(src.dc).intra)
         down = _hop(f"{dst.dc}/{dst.host_index} down", self.topo.dc(dst.dc).intra)
         path = _combine([up, *self._inter_hops(src.dc, dst.dc), down])

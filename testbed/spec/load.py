@@ -163,11 +163,11 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
     if w.warmup >= w.iterations:
         out.append((("workload", "warmup"), f"warmup={w.warmup} leaves no measured iteration "
                                             f"of iterations={w.iterations}"))
-    hosts = exp.topology.total_hosts
-    if w.world_size > hosts:
+    hosts, per_host = exp.topology.total_hosts, w.ranks_per_host
+    if w.world_size > hosts * per_host:
         out.append((("workload", "parallel"), f"pp × dp = {w.parallel.pp} × {w.parallel.dp} = "
-                    f"{w.world_size} ranks need {w.world_size} hosts; the topology "
-                    f"{exp.topology.name!r} has {hosts}"))
+                    f"{w.world_size} ranks do not fit: the topology {exp.topology.name!r} has "
+                    f"{hosts} hosts × ranks_per_host={per_host} = {hosts * per_host} ranks"))
     if exp.backend == "remote" and exp.remote is None:
         out.append((("backend",), "backend remote needs a remote section naming the lab's "
                                   "inventory: remote: {inventory: lab.ini}"))

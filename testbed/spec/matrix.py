@@ -32,7 +32,7 @@ MAX_CELLS = 10_000
 ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic",
                       "workload.connections": 1, "workload.memory_limit": None,
                       "workload.filler": None, "workload.schedule_file": None,
-                      "workload.program": None}
+                      "workload.program": None, "workload.ranks_per_host": 1}
 
 
 @dataclass

@@ -41,7 +41,8 @@ class ModelSpec(Strict):
 
 
 class Parallel(Strict):
-    """Pipeline stages (pp) × data-parallel replicas (dp); one rank per host."""
+    """Pipeline stages (pp) × data-parallel replicas (dp); ``workload.ranks_per_host`` ranks
+    share each host."""
 
     pp: int = Field(4, ge=1, le=128)
     dp: int = Field(1, ge=1, le=128)
@@ -152,6 +153,12 @@ class Workload(Strict):
     program: Program | None = Field(None, description="run this program on every rank "
                                                       "instead of the built-in worker")
     chunks: int = Field(1, ge=1, le=16, description="virtual stages per rank")
+    ranks_per_host: int = Field(
+        1, ge=1, le=64,
+        description="ranks on each host (a lab node with this many GPUs): consecutive ranks "
+                    "placed in a DC fill one host before the next; each gets LOCAL_RANK and, "
+                    "where the host has GPUs, CUDA_VISIBLE_DEVICES=<LOCAL_RANK>; transfers "
+                    "between ranks of one host are not shaped")
     microbatches: int = Field(8, ge=1, le=4096)
     microbatch_size: int = Field(1, ge=1, le=4096)
     executor: Literal["ir", "torch"] = "ir"
@@ -341,3 +348,25 @@ def gradient_bytes(w: Workload, stages: list[int]) -> int:
     n = w.parallel.pp * w.chunks
     numel = sum(stage_params(w.model, s, n) for s in stages)
     return max(1, int(numel * bytes_factor(w))) * FLOAT32_BYTES
+
+
+# ---------------------------------------------------------------- data-parallel all-reduce
+
+# A GPU's rate of adding a received gradient chunk into its own during a ring all-reduce, in
+# bytes of the chunk per second. The addition is memory-bound: it reads two chunks and writes
+# one, so the rate is the memory bandwidth / 3; an A100 40GB's HBM2e moves 1.555 TB/s (data
+# sheet). Emulated compute sleeps this time instead of adding (testbed/train/ring.py), and the
+# simulator adds the same (testbed/sim/inputs.py). Like serialization, it scales with the bytes
+# moved (bytes_scale).
+GPU_REDUCE_BYTES_PER_S = 1.555e12 / 3
+
+
+def ring_chunk_bytes(grad_bytes: int, dp: int) -> int:
+    """Bytes one step of a ring all-reduce of ``grad_bytes`` over ``dp`` replicas moves to
+    the next rank (grad_bytes / dp, rounded up to whole float32 elements)."""
+    return math.ceil(grad_bytes / FLOAT32_BYTES / dp) * FLOAT32_BYTES
+
+
+def reduce_step_s(chunk_bytes: int) -> float:
+    """Modelled time (s) of one reduce-scatter step's addition of a ``chunk_bytes`` chunk."""
+    return chunk_bytes / GPU_REDUCE_BYTES_PER_S

@@ -9,7 +9,10 @@ transfers between the same two ranks matches.
 Compute is either real (the model's forward/backward; I and W split the backward with
 ``torch.autograd.grad`` and ``backward(inputs=…)``) or emulated: each F/B/I/W sleeps its
 modelled time and the activation/gradient tensors of the true shape (× bytes_scale) cross
-the network.
+the network. Emulated ranks hold no model: one activation to send, one receive buffer that
+every receive of every iteration lands in (nothing reads it), and the DP all-reduce of
+``testbed.train.ring`` (a ring's bytes on the wire, its reduction slept, not computed). Real
+compute receives into fresh tensors and all-reduces with gloo's ``all_reduce``.
 
 With ``workload.filler`` every wait goes through the filler (``testbed.train.filler``), which
 runs inference prefill requests inside the gap it predicts there, then waits as before.
@@ -28,6 +31,7 @@ from testbed.spec.workload import (ComputeTimes, Workload, activation_numel, byt
                                    stage_params)
 from testbed.train import model as M
 from testbed.train.filler import NoFiller
+from testbed.train.ring import EmulatedRing
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transfer, Transport
 
@@ -99,17 +103,25 @@ class Executor:
             self._init_real()
         else:
             self.times = {s: ComputeTimes.from_workload(w, s, self.n_stages) for s in self.stages}
-            self.act = torch.randn(self.shape)
-            # gradients of each stage's true size (× bytes_scale) for the DP all-reduce
-            self.grad_buffers = {s: torch.zeros(max(1, int(
-                stage_params(w.model, s, self.n_stages) * bytes_factor(w)))
-                if ctx.dp > 1 else 1) for s in self.stages}
+            self.act = torch.empty(self.shape)  # sent, never read: no page of it is written
+            # every receive lands here, once allocated: emulated compute reads none of them
+            self.recv_buf = torch.empty(self.shape)
+            # the DP all-reduce moves gradients of each stage's true size (× bytes_scale)
+            # without reducing them (ring.py): chunk-sized buffers, no gradient tensors
+            self.ring = EmulatedRing([d * ctx.pp + ctx.pp_rank for d in range(ctx.dp)],
+                                     ctx.dp_rank, dp_group, self._grad_numel(),
+                                     tracer) if ctx.dp > 1 else None
         # a stage's gradients are complete after its last B (or W): its DP all-reduce starts
         # there, overlapping whatever this rank still has to do (the other chunk's cool-down)
         self.grads_done_at = {}
         for i, a in enumerate(self.actions):
             if a.kind in (Kind.B, Kind.W):
                 self.grads_done_at[a.stage] = i
+
+    def _grad_numel(self) -> dict[int, int]:
+        """Gradient elements (float32, × bytes_scale) of each of this rank's stages."""
+        return {s: max(1, int(stage_params(self.w.model, s, self.n_stages)
+                              * bytes_factor(self.w))) for s in self.stages}
 
     def _init_real(self) -> None:
         spec, n = self.w.model, self.n_stages
@@ -147,7 +159,7 @@ class Executor:
                 peer, tag = self.ctx.global_rank(a.stage + 1), self._tag_b(a.stage, a.microbatch)
             else:
                 continue
-            buf = torch.empty(self.shape)
+            buf = torch.empty(self.shape) if self.real else self.recv_buf
             out[(a.kind, a.stage, a.microbatch)] = (self.transport.irecv(buf, peer, tag), buf,
                                                     peer)
         return out
@@ -247,17 +259,19 @@ class Executor:
         st.outputs[key] = out
 
     # ------------------------------------------------------------------ DP and optimizer
-    def _start_allreduce(self, it: int, stage: int) -> tuple[int, Any, torch.Tensor]:
-        """Start the asynchronous DP all-reduce of one stage's gradients."""
+    def _start_allreduce(self, it: int, stage: int) -> tuple[int, Any, torch.Tensor | None]:
+        """Start the asynchronous DP all-reduce of one stage's gradients: gloo's all-reduce
+        of the real gradients, or the emulated ring's bytes without the arithmetic."""
         if self.real:
             flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                               for p in self.modules[stage].parameters()])
+            t0 = ns()
+            work = dist.all_reduce(flat, group=self.dp_group, async_op=True)
+            nbytes = flat.numel() * flat.element_size()
         else:
-            flat = self.grad_buffers[stage]
-        t0 = ns()
-        work = dist.all_reduce(flat, group=self.dp_group, async_op=True)
-        self.tr.action(it, "ALLREDUCE", stage, None, t0, ns(), "comm",
-                       flat.numel() * flat.element_size(), None)
+            flat, t0 = None, ns()
+            work, nbytes = self.ring.start(it, stage), self.ring.gradient_bytes(stage)
+        self.tr.action(it, "ALLREDUCE", stage, None, t0, ns(), "comm", nbytes, None)
         return stage, work, flat
 
     def _data_parallel(self, it: int, reducing: list | None = None) -> None:

@@ -30,12 +30,15 @@ from testbed.schedule.lower import lower
 from testbed.schedule.registry import CROSS_DC_SCHEDULES
 from testbed.train.executor import Executor, RankContext
 from testbed.train.filler import TAIL, Filler, NoFiller
+from testbed.train.sync import StartSync, default_store, store_round_trip_ns
 from testbed.train.torch_executor import TorchExecutor, pipeline_groups
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transport, connection_groups
 
 DEFAULT_TIMEOUT_S = 600
 ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+# recorded in the trace's meta record when given (a rank's place on its host)
+LOCAL_ENV = ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES")
 
 
 class WorkerFailure(Exception):
@@ -47,7 +50,7 @@ def read_env() -> dict[str, str]:
     if missing:
         raise WorkerFailure(f"missing environment variables {', '.join(missing)} "
                             "(the runner or torchrun sets them)")
-    return {k: os.environ[k] for k in ENV}
+    return {k: os.environ[k] for k in (*ENV, *LOCAL_ENV) if k in os.environ}
 
 
 def read_cell(path: Path) -> CellFile:
@@ -66,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="record every action (default), none (iterations only), or only in "
                          "even iterations (to measure the tracing overhead within one run)")
     args = ap.parse_args(argv)
+    started_ns = time.monotonic_ns()
     tracer = None
     try:
         env = read_env()
@@ -73,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         tracer = Tracer(args.out / f"trace-rank{int(env['RANK'])}.jsonl",
                         actions=args.trace_actions != "none")
-        run(cell, env, tracer, alternate=args.trace_actions == "alternate")
+        run(cell, env, tracer, alternate=args.trace_actions == "alternate",
+            started_ns=started_ns)
         tracer.end("ok", None)
         return 0
     except BaseException as e:  # noqa: BLE001 — every failure becomes a one-line report
@@ -94,7 +99,8 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {head}" if head else type(e).__name__
 
 
-def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False) -> None:
+def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False,
+        started_ns: int | None = None) -> None:
     """Join the process group, run the cell's iterations on this rank, leave the group."""
     w = cell.workload
     rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
@@ -105,9 +111,10 @@ def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False) ->
     except CellFileError as e:
         raise WorkerFailure(str(e)) from None
     _join(rank, world)
+    times = {"started": started_ns, "joined": time.monotonic_ns()}
     filler = NoFiller()
     try:
-        ex, filler = _executor(cell, slot, world, tracer)
+        ex, filler = _executor(cell, slot, world, tracer, {**times, **_local(env)})
         _iterate(ex, filler, w, tracer, _injected_fault(rank, cell.cell_id), alternate)
     except BaseException as e:
         # when it failed, before tearing the group down: the runner names the rank whose
@@ -130,11 +137,24 @@ def _join(rank: int, world: int) -> None:
                             timeout=datetime.timedelta(seconds=timeout))
 
 
-def _executor(cell: CellFile, slot, world: int, tracer):
-    """(executor, filler) of this rank, after recording the trace's meta record."""
+def _local(env: dict[str, str]) -> dict:
+    """What this rank was told about its host: LOCAL_RANK, LOCAL_WORLD_SIZE and its GPU
+    (CUDA_VISIBLE_DEVICES, None when not set), as the meta record keeps them."""
+    return {"local_rank": int(env.get("LOCAL_RANK", 0)),
+            "local_world_size": int(env.get("LOCAL_WORLD_SIZE", 1)),
+            "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
+
+
+def _executor(cell: CellFile, slot, world: int, tracer, info: dict):
+    """(executor, filler) of this rank, after recording the trace's meta record (``info``:
+    when the worker started and joined, monotonic ns, and its place on its host, see
+    ``_local``)."""
     w = cell.workload
     pp, dp = w.parallel.pp, w.parallel.dp
-    groups = [dist.new_group([d * pp + s for d in range(dp)]) for s in range(pp)]
+    # only this rank's data-parallel group, synchronised among its members: a group every rank
+    # creates ends in a barrier over all of them, round trips across the slow links
+    dp_group = dist.new_group([d * pp + slot.pp_rank for d in range(dp)],
+                              use_local_synchronization=True) if dp > 1 else None
     # P2P transfers split over workload.connections TCP connections (one group each)
     transport = Transport(connection_groups(w.connections))
     schedule = lower(_schedule(cell, w))
@@ -144,24 +164,27 @@ def _executor(cell: CellFile, slot, world: int, tracer):
                   schedule=w.schedule, executor=w.executor, compute_mode=w.compute.mode,
                   microbatches=w.microbatches, microbatch_size=w.microbatch_size,
                   connections=w.connections, filler_mode=w.filler_mode,
-                  seq_len=w.model.seq_len, host=socket.gethostname(),
+                  seq_len=w.model.seq_len, host=socket.gethostname(), pid=os.getpid(),
+                  ppid=os.getppid(), **info,
                   torch_version=torch.__version__, clock="monotonic")
     if w.executor == "torch":
         pipes = pipeline_groups(pp, dp)
-        return TorchExecutor(ctx, w, tracer, groups[ctx.pp_rank], pipes[ctx.dp_rank]), \
+        return TorchExecutor(ctx, w, tracer, dp_group, pipes[ctx.dp_rank]), \
             NoFiller()
     filler = _make_filler(w, tracer)
-    return Executor(ctx, w, tracer, groups[ctx.pp_rank], transport, filler), filler
+    return Executor(ctx, w, tracer, dp_group, transport, filler), filler
 
 
 def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool) -> None:
     """Every iteration, each started at one instant on every rank, then the closing barrier."""
-    margin_ns = _start_margin_ns()
+    store = default_store()
+    sync = StartSync(store, dist.get_world_size(), _start_margin_ns(store))
+    margin_ms = sync.margin_ns / 1e6
     late = 0
     for it in range(w.iterations):
         if it == fault:
             raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
-        late += _start_together(margin_ns, _tail(filler, it - 1))
+        late += _start_together(sync, it, _tail(filler, it - 1))
         if alternate:
             tracer.actions = it % 2 == 0
         t0 = time.monotonic_ns()
@@ -170,7 +193,8 @@ def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool) -> None:
                       t1=time.monotonic_ns(), loss=loss)
         tracer.flush()
     _tail(filler, w.iterations - 1)(dist.barrier(async_op=True))
-    tracer.record(type="start_sync", margin_ms=margin_ns / 1e6, late_starts=late)
+    tracer.record(type="start_sync", margin_ms=margin_ms, final_margin_ms=sync.margin_ns / 1e6,
+                  late_starts=late)
 
 
 def _schedule(cell: CellFile, w):
@@ -204,30 +228,25 @@ def _tail(filler, it: int):
     return lambda work: filler.wait(it, TAIL, work, time.monotonic_ns())
 
 
-def _start_margin_ns() -> int:
-    """How far ahead rank 0 must set the common start so every rank hears of it in time:
-    twice the slowest of a few timed barriers (they cross the slowest link) plus 2 ms."""
-    worst = 0
-    for _ in range(3):
-        t0 = time.monotonic_ns()
-        dist.barrier()
-        worst = max(worst, time.monotonic_ns() - t0)
-    x = torch.tensor([worst], dtype=torch.int64)
-    dist.all_reduce(x, op=dist.ReduceOp.MAX)
-    return int(x.item()) * 2 + 2_000_000
+def _start_margin_ns(store) -> int:
+    """The first guess of how far ahead of the last rank's arrival the common start must be
+    set: twice this rank's round trip to the store plus 2 ms. Only the last rank to arrive at
+    the first sync uses its guess; a rank that then hears of the start too late widens the
+    margin at the next sync (testbed.train.sync), which is still the warm-up when there is one."""
+    return store_round_trip_ns(store) * 2 + 2_000_000
 
 
-def _start_together(margin_ns: int, await_barrier=lambda work: work.wait()) -> int:
-    """Start the iteration on every rank at the same instant. A barrier alone releases ranks
-    up to two one-way delays apart across a slow link, and the late ones would count as
-    pipeline bubble; so after it rank 0 names a start time ``margin_ns`` ahead (wall clock:
-    shared by the namespaces of one machine, NTP-synchronised across lab hosts) and everyone
-    sleeps until then. Returns 1 if this rank heard of it too late (the start is skewed).
-    ``await_barrier`` waits for the barrier's work (the filler fills that wait)."""
-    await_barrier(dist.barrier(async_op=True))
-    start = torch.tensor([time.time_ns() + margin_ns], dtype=torch.int64)
-    dist.broadcast(start, src=0)
-    wait = (int(start.item()) - time.time_ns()) / 1e9
+def _start_together(sync: StartSync, it: int, await_start=lambda work: work.wait()) -> int:
+    """Start iteration ``it`` on every rank at the same instant. A barrier alone releases
+    ranks up to two one-way delays apart across a slow link, and the late ones would count as
+    pipeline bubble; so once every rank has arrived the last of them sets a start time a
+    margin ahead (wall clock: shared by the namespaces of one machine, NTP-synchronised across
+    lab hosts) and everyone sleeps until then (see testbed.train.sync: the margin widens when
+    a rank was late). Returns 1 if
+    this rank heard of it too late (the start is skewed). ``await_start`` waits for the start
+    time (the filler fills that wait)."""
+    start = sync.agree(it, await_start)
+    wait = (start - time.time_ns()) / 1e9
     if wait > 0:
         time.sleep(wait)
     return int(wait < 0)

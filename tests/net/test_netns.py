@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import NetworkError
+from testbed.net.tcp import NEIGH, make_room_for_neighbours, neighbour_entries
 from testbed.net import ledger as ledgers
 from testbed.net.backends.netns import NetnsBackend
 from testbed.net.ledger import Ledger, new_tag
 from testbed.spec import load_topology
+from testbed.topology import Topology
 
 pytestmark = pytest.mark.root
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
@@ -152,3 +154,18 @@ def test_a_namespace_that_will_not_go_is_reported_kept_in_the_ledger_and_cleaned
         for _ in range(3):
             subprocess.run(["ip", "netns", "del", stuck], capture_output=True)
         net.ledger.remove_file()
+
+
+def test_big_networks_get_room_in_the_machines_arp_table():
+    # 4 DCs × 16 hosts overflowed the default 1,024 ARP entries ("No route to host" in every
+    # namespace of the machine); the limit is raised before building, never lowered
+    topo = Topology(name="big", dcs=[{"name": f"d{i}", "hosts": 16} for i in range(4)])
+    assert neighbour_entries(topo) == 4 * 16 * 16 + 4 * 16 + 2 * 6
+    saved = {n: (NEIGH / n).read_text() for n in ("gc_thresh2", "gc_thresh3")}
+    try:
+        (NEIGH / "gc_thresh3").write_text("1024")  # the kernel's default
+        make_room_for_neighbours(topo)
+        assert int((NEIGH / "gc_thresh3").read_text()) >= 2 * neighbour_entries(topo)
+    finally:
+        for name, value in saved.items():
+            (NEIGH / name).write_text(value)

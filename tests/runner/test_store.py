@@ -75,3 +75,11 @@ def test_report_rebuilds_summary_and_plots_from_the_csv_alone(store):
     assert "## By links.inter_dc.delay_ms" in summary
     assert "`cbad` repeat 0: boom" in summary
     assert (store.root / "plots" / "bubble_vs_delay.png").stat().st_size > 1000
+
+
+def test_no_body_column_looks_like_a_link_column_or_repeats():
+    # a body column named link_… was counted twice (body and link group): the CSV then had a
+    # duplicated column and writing the parquet copy failed
+    from testbed.runner import columns
+    assert not [c for c in columns.BODY if columns.is_link_column(c)]
+    assert len(set(columns.BODY)) == len(columns.BODY)

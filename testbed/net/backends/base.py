@@ -18,6 +18,7 @@ class Backend(ABC):
     what the backend needs (lab hosts), ``close`` lets go of it."""
 
     name: str = "base"
+    hosts_here: bool = False  # its hosts are network namespaces of this machine
 
     def __enter__(self) -> "Backend":
         self.open()
@@ -55,6 +56,11 @@ class Backend(ABC):
     @abstractmethod
     def teardown(self, net: Network) -> None:
         """Remove everything ``net`` made; idempotent."""
+
+    def netns_file(self, node: Node) -> str | None:
+        """The file of ``node``'s network namespace on this machine (what setns(2) takes), or
+        None where the node is not on this machine (lab hosts)."""
+        return None
 
     def host_port(self, net: Network, dc: str, j: int) -> tuple[Node, str]:
         """The node and interface on the DC side of host j's link (for intra-DC shaping)."""

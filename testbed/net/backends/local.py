@@ -20,6 +20,8 @@ class LocalBackend(Backend):
     """A backend whose networks live in this machine's kernel (``lab`` settings, which only
     the remote backend reads, are accepted and ignored so that every backend is made alike)."""
 
+    hosts_here = True
+
     def __init__(self, lab=None) -> None:
         del lab
 

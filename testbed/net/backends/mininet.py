@@ -46,7 +46,8 @@ from testbed.net import ledger as ledgers
 from testbed.net.network import LinkEnd, Network, Node
 from testbed.net.backends.local import LocalBackend
 from testbed.net.ledger import Ledger
-from testbed.net.tcp import allow_congestion_control, host_sysctls
+from testbed.net.tcp import (allow_congestion_control, host_sysctls,
+                             make_room_for_neighbours)
 from testbed.topology import IFNAMSIZ, ResolvedLink, Topology
 
 log = logging.getLogger(__name__)
@@ -212,6 +213,12 @@ class MininetBackend(LocalBackend):
                                "was the network torn down?")
         return ["mnexec", "-a", node.ns, *argv]
 
+    def netns_file(self, node: Node) -> str | None:
+        """The network namespace of the node's shell (``node.ns`` is its pid); raises
+        NetworkError when that shell is gone."""
+        self.argv_in(node, [])
+        return f"/proc/{node.ns}/ns/net"
+
     def host_port(self, net: Network, dc: str, j: int) -> tuple[Node, str]:
         """The DC side of host j's link: (the switch's node in the root namespace, its port).
         ``netns`` has this as ``(net.routers[dc], f"h{j}")``; shape intra-DC rate here."""
@@ -228,6 +235,7 @@ class MininetBackend(LocalBackend):
         check_bridge_firewall()
         check_names(topology, ledger.tag)
         allow_congestion_control(topology.tcp_congestion_control)
+        make_room_for_neighbours(topology)
         net = Network(topology=topology, links=links, ledger=ledger, backend=self)
         ledger.backend = self.name
         ledger.save()

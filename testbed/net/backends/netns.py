@@ -23,7 +23,8 @@ from testbed.net import ledger as ledgers
 from testbed.net.network import LinkEnd, Network, Node
 from testbed.net.backends.local import LocalBackend
 from testbed.net.ledger import Ledger
-from testbed.net.tcp import allow_congestion_control, host_sysctls
+from testbed.net.tcp import (allow_congestion_control, host_sysctls,
+                             make_room_for_neighbours)
 from testbed.topology import ResolvedLink, Topology
 
 log = logging.getLogger(__name__)
@@ -77,10 +78,14 @@ class NetnsBackend(LocalBackend):
     def argv_in(self, node: Node, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", node.ns, *argv]
 
+    def netns_file(self, node: Node) -> str | None:
+        return f"/run/netns/{node.ns}"
+
     def build(self, topology: Topology, links: list[ResolvedLink], ledger: Ledger) -> Network:
         """Create every namespace, bridge, veth, address and route; on any failure, remove
         what was made and raise NetworkError."""
         allow_congestion_control(topology.tcp_congestion_control)
+        make_room_for_neighbours(topology)
         net = Network(topology=topology, links=links, ledger=ledger, backend=self)
         ledger.backend = self.name
         ledger.save()

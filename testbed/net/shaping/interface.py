@@ -26,6 +26,11 @@ class Shaper(ABC):
     def update(self, link_index: int, a_to_b: LinkProfile, b_to_a: LinkProfile) -> None:
         """Change one link's profile in place (a time-varying step) and read it back."""
 
+    def in_force(self, link_index: int) -> tuple[LinkProfile, LinkProfile] | None:
+        """The (a→b, b→a) profiles link ``link_index`` has now (after any step); None where
+        the shaper does not keep them (a network reused across cells then is built anew)."""
+        return None
+
     @abstractmethod
     def check_alive(self) -> None:
         """Cheap check while a run goes on (polled): raises ShapingError naming the link
