@@ -14,7 +14,8 @@ are not this box's, a cell without a prediction has no gap to check).
 - Late iteration starts: ``late_starts``, the worker's ``start_sync`` record summed over ranks
   (iterations in which a rank heard of the common start too late).
 - CPU: ``cpu_busy_pct``, the whole box's busy share (user, nice, system, irq, softirq, steal)
-  over the workers' phase, from /proc/stat (:class:`CpuSampler`).
+  over the measured iterations (the workers' whole phase when there are no traces), from
+  /proc/stat sampled through the workers' phase (:class:`CpuSampler`).
 - ``delayline_drops`` and ``queue_drops`` (already in the row).
 - ``predicted_gap_pct``: measured vs predicted iteration time, in %.
 
