@@ -1,5 +1,6 @@
 """Summary sections beyond the cell and axis tables: the phases of cells whose links changed
-during the run, and the bubble that inter-DC delay adds (GeoPipe's convention).
+during the run, the bubble that inter-DC delay adds (GeoPipe's convention), and the cells
+whose self-fidelity was degraded (``testbed.runner.fidelity``).
 
 Delay-induced bubble: a cell's bubble ratio minus the bubble ratio of the same cell at zero
 delay (same values on every other axis), wherever the matrix has that counterpart. Its cut is
