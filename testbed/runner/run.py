@@ -150,8 +150,8 @@ def _sweep(todo: list[tuple[CellPlan, int]], runner: CellRunner, store: RunStore
             t0 = time.monotonic()
             row = runner.run(plan, repeat)
             store.put(row)
-            msg = _one_line(i, len(todo), plan.cell, repeat, row, time.monotonic() - t0)
-            msg += f"; {eta_text(time.monotonic() - started, i + 1, len(todo))}"
+            eta = eta_text(time.monotonic() - started, i + 1, len(todo))
+            msg = _one_line(i, len(todo), plan.cell, repeat, row, time.monotonic() - t0, eta)
             log.info(msg)
             if plain and not quiet:
                 console.print(msg, highlight=False, soft_wrap=True)
@@ -171,10 +171,13 @@ def eta_text(elapsed_s: float, done: int, total: int) -> str:
         f"ETA {eta // 60}m{eta % 60:02d}s"
 
 
-def _one_line(i: int, n: int, cell: Cell, repeat: int, row: dict, seconds: float) -> str:
+def _one_line(i: int, n: int, cell: Cell, repeat: int, row: dict, seconds: float,
+              eta: str) -> str:
+    """The progress line (ending with the sweep's ``eta``), then a WARNING line per reason
+    the cell's fidelity is degraded."""
     head = f"[{i + 1}/{n}] {cell.cell_id} {cell.label}" + (f" repeat {repeat}" if repeat else "")
     if row["status"] != "ok":
-        return f"{head}: FAILED after {seconds:.1f} s: {row.get('error')}"
+        return f"{head}: FAILED after {seconds:.1f} s: {row.get('error')}; {eta}"
     parts = [text.format(row[k]) for k, text in _PROGRESS if row.get(k) is not None]
     measured = ", ".join(parts) or f"no metrics ({row.get('metrics_source')})"
     fidelity = str(row.get("fidelity") or "")
@@ -182,7 +185,7 @@ def _one_line(i: int, n: int, cell: Cell, repeat: int, row: dict, seconds: float
     reasons = fidelity.removeprefix("degraded: ").split("; ") \
         if fidelity.startswith("degraded") else []
     warn = "".join(f"\n  WARNING fidelity degraded: {r}" for r in reasons)
-    return f"{head}: {measured} ({seconds:.1f} s){warn}"
+    return f"{head}: {measured} ({seconds:.1f} s); {eta}{warn}"
 
 
 # the metrics of the progress line; a program's cell may have only some (or none) of them

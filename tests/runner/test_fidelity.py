@@ -265,12 +265,12 @@ class Cell:
 def test_progress_line_warns_of_a_degraded_cell_only():
     row = {"status": "ok", "iteration_time_s": 0.1,
            "fidelity": "degraded: CPU busy 99 % > 90 %; late starts 3 in 20 iterations > 5%"}
-    # one line per reason under the progress line, which keeps its width
-    assert _one_line(0, 1, Cell, 0, row, 3.0).endswith(
-        "(3.0 s)\n  WARNING fidelity degraded: CPU busy 99 % > 90 %"
+    # one line per reason under the progress line, which keeps its width and ends with the ETA
+    assert _one_line(0, 1, Cell, 0, row, 3.0, "sweep done").endswith(
+        "(3.0 s); sweep done\n  WARNING fidelity degraded: CPU busy 99 % > 90 %"
         "\n  WARNING fidelity degraded: late starts 3 in 20 iterations > 5%")
-    assert "WARNING" not in _one_line(0, 1, Cell, 0, {**row, "fidelity": "ok"}, 3.0)
-    assert "WARNING" not in _one_line(0, 1, Cell, 0, {"status": "ok"}, 3.0)
+    assert "WARNING" not in _one_line(0, 1, Cell, 0, {**row, "fidelity": "ok"}, 3.0, "")
+    assert "WARNING" not in _one_line(0, 1, Cell, 0, {"status": "ok"}, 3.0, "")
 
 
 def test_summary_section_lists_degraded_ok_rows_with_their_reasons():
