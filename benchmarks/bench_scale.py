@@ -14,7 +14,8 @@ Finally it times ``run experiments/quickstart.yaml``.
 
 Targets (issue "Sweeps at scale"): overhead ≤ 3 s at 4 ranks and ≤ 10 s at 32 ranks;
 quickstart ≤ 45 s; the 64-rank cell runs with ≤ 100 MB per rank; up to 32 ranks measured
-within 5 % of predicted, or the cell marked degraded.
+within 5 % of predicted, or the cell marked degraded with a cause the instrument measured (a
+cell degraded only because it is off the prediction does not count: that names no cause).
 
 Run as root: ``.venv/bin/python benchmarks/bench_scale.py [--save] [--skip-cold]``.
 """
@@ -42,6 +43,7 @@ TARGET_QUICKSTART_S = 45.0
 TARGET_MB_PER_RANK = 100.0
 TARGET_AGREEMENT = 0.05
 MAX_AGREEMENT_RANKS = 32
+GAP_REASON = "measured "  # how testbed.runner.fidelity words the measured-vs-predicted reason
 
 
 class MemorySampler(threading.Thread):
@@ -145,10 +147,18 @@ def verdicts(rows: list[dict], quickstart_s: float) -> list[tuple[str, bool, str
         if r["ranks"] > MAX_AGREEMENT_RANKS:
             continue
         within = abs(r["error_pct"]) <= 100 * TARGET_AGREEMENT
-        flagged = str(r["fidelity"]).startswith("degraded")
-        out.append((f"{r['ranks']} ranks within 5 % of predicted or marked degraded",
-                    within or flagged, f"{r['error_pct']:+.1f} %, {r['fidelity']}"))
+        out.append((f"{r['ranks']} ranks within 5 % of predicted, or degraded with a cause",
+                    within or explained(str(r["fidelity"])),
+                    f"{r['error_pct']:+.1f} %, {r['fidelity']}"))
     return out
+
+
+def explained(fidelity: str) -> bool:
+    """Degraded with a cause the instrument measured (CPU, overshoot, late starts, drops), not
+    only because the measurement is off the prediction (which names no cause)."""
+    reasons = fidelity.removeprefix("degraded: ").split("; ") \
+        if fidelity.startswith("degraded") else []
+    return any(not r.startswith(GAP_REASON) for r in reasons)
 
 
 def print_table(rows: list[dict]) -> None:
