@@ -64,6 +64,10 @@ def modelled_ns(t: ComputeTimes, kind: Kind) -> int:
     return round(modelled_s(t, kind) * 1e9)
 
 
+# the tag of warm_up_connections' messages: above every (direction, boundary, microbatch) tag
+WARM_UP_TAG = 1 << 23
+
+
 def _tag(direction: int, boundary: int, mb: int, n_stages: int, m: int) -> int:
     return (direction * n_stages + boundary) * m + mb
 
@@ -149,6 +153,21 @@ class Executor:
         self.tr.action(it, "SEND_WAIT", None, None, t0, ns(), "wait")
         self._data_parallel(it, reducing)
         return sum(st.losses) / len(st.losses) if st.losses else None
+
+    def warm_up_connections(self) -> None:
+        """Send one activation-sized message to every pipeline neighbour and take one from
+        each, all at once, before the first iteration: a fresh TCP connection starts with a
+        small window and needs about ten round trips to open it, which the warm-up iteration
+        would otherwise pay boundary after boundary. Nothing is measured here."""
+        peers = sorted({self.ctx.global_rank(n) for s in self.stages for n in (s - 1, s + 1)
+                        if 0 <= n < self.n_stages} - {self.ctx.rank})
+        payload = torch.empty(self.shape)
+        pending = []
+        for peer in peers:
+            pending.append(self.transport.isend(payload, peer, WARM_UP_TAG))
+            pending.append(self.transport.irecv(torch.empty(self.shape), peer, WARM_UP_TAG))
+        for transfer in pending:
+            transfer.wait()
 
     def _post_receives(self) -> dict[tuple[Kind, int, int], tuple[Any, torch.Tensor]]:
         out = {}

@@ -70,6 +70,9 @@ class TorchExecutor(Executor):
         self.has_first = 0 in self.stages
         self.has_last = self.n_stages - 1 in self.stages
 
+    def warm_up_connections(self) -> None:
+        """Nothing: torch's pipeline stages open their own connections."""
+
     def _from_csv(self, lowered: Schedule, microbatches: int) -> S._PipelineScheduleRuntime:
         """torch's runtime running the cell's own schedule, loaded with its ``_load_csv`` from
         the compute-only CSV of the planned order (what ``schedule_file`` gave)."""

@@ -115,6 +115,7 @@ def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False,
     filler = NoFiller()
     try:
         ex, filler = _executor(cell, slot, world, tracer, {**times, **_local(env)})
+        ex.warm_up_connections()
         _iterate(ex, filler, w, tracer, _injected_fault(rank, cell.cell_id), alternate)
     except BaseException as e:
         # when it failed, before tearing the group down: the runner names the rank whose

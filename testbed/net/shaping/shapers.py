@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +69,17 @@ def _run_all(net: Network, node, argvs: list[list[str]]) -> None:
             raise ShapingError(f"tc on {node.name} failed: {' '.join(argv)}: {e.output.strip()}")
 
 
+# Reading back runs a few `tc`/`iptables` commands per direction (each a process entering a
+# namespace, a few ms); 4 DCs have 12 directions, read before and after every cell: in threads
+READ_BACK_THREADS = 8
+
+
+def _each(fn, directions: list) -> list:
+    """``fn`` of every direction, in order, run in threads (each mostly waits for a process)."""
+    with ThreadPoolExecutor(READ_BACK_THREADS) as pool:
+        return list(pool.map(fn, directions))
+
+
 def _qdiscs(net: Network, node, dev: str) -> tuple[list[dict], list[dict]]:
     q = tc.parse_json(net.run(node, tc.SHOW_QDISC + [dev]).stdout)
     c = tc.parse_classes(net.run(node, tc.SHOW_CLASS + [dev]).stdout)
@@ -98,9 +110,9 @@ class NamespaceShaper(Shaper):
         return self
 
     def verify(self) -> None:
-        problems = []
-        for d in self.directions:
-            problems += [f"{d.label}: {m}" for m in self._check(d)]
+        problems = [f"{d.label}: {m}" for d, found in zip(self.directions,
+                                                          _each(self._check, self.directions))
+                    for m in found]
         if problems:
             raise ShapingError("shaping is not what was asked for:\n  " + "\n  ".join(problems))
 
@@ -133,11 +145,10 @@ class NamespaceShaper(Shaper):
 
     def queue_drops(self) -> int:
         """Packets the shaping qdiscs dropped, summed over directions (see ``QUEUE_DROPS``)."""
-        total = 0
-        for d in self.directions:
+        def dropped(d: Direction) -> int:
             q, _ = _qdiscs(self.net, d.end.router, d.end.iface)
-            total += tc.drops(q, self.drops_handle)
-        return total
+            return tc.drops(q, self.drops_handle)
+        return sum(_each(dropped, self.directions))
 
     def stop(self) -> None:
         """Stop anything the shaper runs (qdiscs and rules go with the namespaces)."""
