@@ -14,8 +14,8 @@ Record types (field ``type``):
   its process-group rendezvous).
 - ``start_sync`` (last before ``end``): margin_ms (how far ahead of the last rank's arrival
   each iteration's common start was set, at first), final_margin_ms (the same at the end: it
-  widens after late starts, see testbed.train.sync), late_starts (iterations this rank heard
-  of it too late).
+  widens after late starts, see testbed.train.sync), late_starts (measured iterations this
+  rank heard of it too late; warm-up iterations are not counted).
 - ``iter``: iter (0-based), warmup (bool), t0, t1 (iteration start/end on this rank), loss
   (float or null; real compute on the last stage only).
 - ``action``: iter, kind (F/B/I/W/SEND_F/RECV_F/SEND_B/RECV_B/ALLREDUCE/ALLREDUCE_STEP/OPT;

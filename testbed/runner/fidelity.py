@@ -200,12 +200,14 @@ def compute_overshoot(traces: dict[int, list[dict]]) -> Overshoot | None:
 
 
 def late_starts(traces: dict[int, list[dict]]) -> tuple[int, int] | None:
-    """(late starts summed over ranks, iterations run) from the workers' ``start_sync`` and
-    ``iter`` records; None when no rank has a ``start_sync`` record (a program)."""
+    """(late starts summed over ranks, measured iterations) from the workers' ``start_sync``
+    and ``iter`` records (warm-up iterations count in neither); None when no rank has a
+    ``start_sync`` record (a program)."""
     syncs = [r for recs in traces.values() for r in recs if r.get("type") == "start_sync"]
     if not syncs:
         return None
-    iters = max(sum(1 for r in recs if r.get("type") == "iter") for recs in traces.values())
+    iters = max(sum(1 for r in recs if r.get("type") == "iter" and not r.get("warmup"))
+                for recs in traces.values())
     return sum(int(r.get("late_starts", 0)) for r in syncs), iters
 
 

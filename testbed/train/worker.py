@@ -185,7 +185,8 @@ def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool) -> None:
     for it in range(w.iterations):
         if it == fault:
             raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
-        late += _start_together(sync, it, _tail(filler, it - 1))
+        heard_late = _start_together(sync, it, _tail(filler, it - 1))
+        late += heard_late if it >= w.warmup else 0  # a skewed warm-up is not measured
         if alternate:
             tracer.actions = it % 2 == 0
         t0 = time.monotonic_ns()
