@@ -77,7 +77,7 @@ install_python_env
 
 case "${1:-quickstart}" in
   quickstart)
-    log "running experiments/quickstart.yaml (about 2 minutes)"
+    log "running experiments/quickstart.yaml (under a minute)"
     exec .venv/bin/python -m testbed run experiments/quickstart.yaml
     ;;
   test)
