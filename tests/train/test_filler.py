@@ -194,8 +194,10 @@ def test_filling_raises_utilization_without_slowing_training_or_overlapping_it(t
 def test_real_prefill_leaves_real_training_losses_unchanged(tmp_path):
     # compute.mode real makes the filler real too: its forwards run in the ranks' gaps but must
     # not touch the training model, its data or its random state.
-    base = dict(model=ModelSpec(layers=4, hidden=32, heads=2, seq_len=16, vocab=64),
-                parallel=Parallel(pp=2), schedule="1f1b", microbatches=4, iterations=4,
+    # stages big enough that a rank's waits (a few ms) hold the tiny filler's requests on a
+    # busy machine too: with only ~1 ms gaps the filler sometimes found no gap to fill
+    base = dict(model=ModelSpec(layers=4, hidden=128, heads=2, seq_len=64, vocab=64),
+                parallel=Parallel(pp=2), schedule="1f1b", microbatches=4, iterations=6,
                 warmup=1, compute=Compute(mode="real"), lr=1e-2)
     filled = Workload(**base, filler=FillerSpec(model=ModelSpec(layers=1, hidden=32, heads=2,
                                                                 seq_len=16, vocab=64),
