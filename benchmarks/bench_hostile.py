@@ -7,11 +7,13 @@ REPEATS times and prints the median wall and CPU (user + sys of the child) time 
 code. Target (issue 16, item 1): every hostile file exits 2 within 2 s. Files at the caps are
 valid input and are listed for the cost the caps allow.
 
-Run: ``.venv/bin/python benchmarks/bench_hostile.py`` (no root needed). Output of a run:
-benchmarks/bench_hostile.txt.
+Run: ``.venv/bin/python benchmarks/bench_hostile.py [--save]`` (no root needed; it measures
+time, so on a quiet machine). With ``--save`` the output goes to
+results/benchmarks/bench_hostile.md and one row per file to bench_hostile.csv.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import statistics
@@ -24,6 +26,8 @@ from pathlib import Path
 from testbed.spec.load import MAX_TRACE_BYTES
 from testbed.spec.matrix import MAX_CELLS
 from testbed.spec.source import MAX_YAML_BYTES
+
+from benchsave import add_save, saved
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD = ROOT / "tests" / "spec" / "bad"
@@ -70,31 +74,45 @@ def made_files(tmp: Path) -> dict[str, Path]:
     return files
 
 
+def cases(tmp: Path) -> dict[str, Path]:
+    """Every file to validate, by its label: the kept hostile files, then the made ones."""
+    found = {f"hostile: {p.relative_to(BAD)}": p for p in sorted(BAD.glob("hostile_*.yaml"))}
+    for p in sorted((BAD / "topologies").glob("hostile_*.yaml")):
+        exp = tmp / f"uses-{p.name}"
+        exp.write_text(f"name: x\ntopology: {p}\n")
+        found[f"hostile: {p.relative_to(BAD)}"] = exp
+    found.update(made_files(tmp))
+    return found
+
+
+def measure(name: str, path: Path) -> dict:
+    """Median wall and CPU time of REPEATS `validate` runs of one file, and its verdict."""
+    runs = [validate(path) for _ in range(REPEATS)]
+    codes = sorted({c for c, _, _ in runs})
+    wall = statistics.median(w for _, w, _ in runs)
+    verdict = "-"
+    if name.startswith("hostile"):
+        verdict = "PASS" if codes == [2] and wall < TARGET_S else "FAIL"
+    return {"file": name, "exit": "/".join(map(str, codes)), "wall_s": round(wall, 2),
+            "cpu_s": round(statistics.median(c for _, _, c in runs), 2), "target": verdict}
+
+
 def main() -> int:
-    with tempfile.TemporaryDirectory() as d:
-        cases = {f"hostile: {p.relative_to(BAD)}": p for p in sorted(BAD.glob("hostile_*.yaml"))}
-        for p in sorted((BAD / "topologies").glob("hostile_*.yaml")):
-            exp = Path(d) / f"uses-{p.name}"
-            exp.write_text(f"name: x\ntopology: {p}\n")
-            cases[f"hostile: {p.relative_to(BAD)}"] = exp
-        cases.update(made_files(Path(d)))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_save(ap)
+    args = ap.parse_args()
+    with saved("bench_hostile", args.save) as out, tempfile.TemporaryDirectory() as d:
         print(f"{'file':58} {'exit':>4} {'wall s':>7} {'cpu s':>6}  target")
-        failed = 0
-        for name, path in cases.items():
-            runs = [validate(path) for _ in range(REPEATS)]
-            codes = {c for c, _, _ in runs}
-            wall = statistics.median(w for _, w, _ in runs)
-            cpu = statistics.median(c for _, _, c in runs)
-            verdict = "-"
-            if name.startswith("hostile"):
-                ok = codes == {2} and wall < TARGET_S
-                failed += not ok
-                verdict = "PASS" if ok else "FAIL"
-            print(f"{name:58} {'/'.join(map(str, sorted(codes))):>4} {wall:7.2f} {cpu:6.2f}  "
-                  f"{verdict}")
-    print(f"median of {REPEATS} runs; target: hostile files exit 2 within {TARGET_S} s; "
-          f"load average {os.getloadavg()[0]:.1f}")
-    return 1 if failed else 0
+        rows = []
+        for name, path in cases(Path(d)).items():
+            rows.append(measure(name, path))
+            r = rows[-1]
+            print(f"{name:58} {r['exit']:>4} {r['wall_s']:7.2f} {r['cpu_s']:6.2f}  "
+                  f"{r['target']}")
+        print(f"median of {REPEATS} runs; target: hostile files exit 2 within {TARGET_S} s; "
+              f"load average {os.getloadavg()[0]:.1f}")
+        out.rows(rows)
+    return 1 if any(r["target"] == "FAIL" for r in rows) else 0
 
 
 if __name__ == "__main__":
