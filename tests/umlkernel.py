@@ -13,6 +13,11 @@ is hidden, never written; the guest's TMPDIR and HOME are in the run directory, 
 package's module tree, runs ``pytest NODEID…`` with a results file, and powers off. The host
 waits at most ``timeout_s`` and then kills the kernel's whole process group; the run directory
 (UML's own ``uml_dir`` included) is always removed.
+
+On hosts whose XSAVE area is larger than the 6.1 kernel's own FPU buffer (CPUs with AMX), that
+kernel panics at its first process ("ptrace set fp regs failed, errno = 14"): the host refuses a
+partial PTRACE_SETREGSET. ``uml_xstate_shim.c`` beside this file, compiled into the run
+directory and preloaded into the kernel process, gives the host whole areas (see its comment).
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ GUEST_ENV = "TESTBED_IN_UML"
 RESULTS_ENV = "TESTBED_UML_RESULTS"
 # The run directory (results, logs, the guest's TMPDIR); removed after every boot.
 RUN_PARENT = Path("/var/tmp")
+XSTATE_SHIM_SOURCE = Path(__file__).with_name("uml_xstate_shim.c")
 
 INIT_SCRIPT = """#!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -121,10 +127,11 @@ def run_in_uml(nodeids: list[str], cwd: Path, timeout_s: float) -> GuestRun:
         init = run / "init.sh"
         init.write_text(_script(run, nodeids, cwd))
         init.chmod(0o755)
+        shim = _build_xstate_shim(run)
         argv = [UML_KERNEL, f"mem={UML_MEM}", "rootfstype=hostfs", "rw", f"init={init}",
                 "con=null", "con0=fd:0,fd:1", f"uml_dir={run}", f"umid={run.name}"]
         out = GuestRun()
-        out.error = _boot(argv, run / "console.log", timeout_s)
+        out.error = _boot(argv, run / "console.log", timeout_s, {"LD_PRELOAD": str(shim)})
         out.console, out.pytest_log = _read(run / "console.log"), _read(run / "pytest.log")
         rc = _read(run / "rc").strip()
         out.exit_code = int(rc) if rc.lstrip("-").isdigit() else None
@@ -137,12 +144,22 @@ def run_in_uml(nodeids: list[str], cwd: Path, timeout_s: float) -> GuestRun:
         shutil.rmtree(run, ignore_errors=True)
 
 
-def _boot(argv: list[str], console: Path, timeout_s: float) -> str:
-    """Run the kernel to its poweroff; returns "" or what went wrong. The kernel and every
-    helper process it forked are in one new session, killed together on timeout."""
+def _build_xstate_shim(run: Path) -> Path:
+    """Compile ``uml_xstate_shim.c`` into ``run``; raises CalledProcessError (with gcc's
+    output) when it does not compile."""
+    out = run / "uml_xstate_shim.so"
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(out), str(XSTATE_SHIM_SOURCE),
+                    "-ldl"], check=True, capture_output=True, text=True)
+    return out
+
+
+def _boot(argv: list[str], console: Path, timeout_s: float, env: dict[str, str]) -> str:
+    """Run the kernel (with ``env`` added to this process's environment) to its poweroff;
+    returns "" or what went wrong. The kernel and every helper process it forked are in one
+    new session, killed together on timeout."""
     with open(console, "wb") as log, open(os.devnull, "rb") as null:
         proc = subprocess.Popen(argv, stdin=null, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, env={**os.environ, **env})
         try:
             proc.wait(timeout=timeout_s)
         except BaseException as e:  # a timeout, or the host's pytest interrupted
