@@ -13,6 +13,9 @@ reduction at equal memory over the whole sweep.
 
     .venv/bin/python benchmarks/crosspipe_sweep.py --csv results/crosspipe-example/sweep.csv \
         --summary results/crosspipe-example/sweep.md          # ~20 s, no root
+
+``--save`` writes the printed summary to results/benchmarks/crosspipe_sweep.md and one row per
+configuration (the summary's table) to crosspipe_sweep.csv.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ from pathlib import Path
 from testbed.plan import plan_cell
 from testbed.sim import run
 from testbed.spec import PROJECT_ROOT, load_experiment
+
+from benchsave import add_save, saved
 
 SWEEPS = {"2 DCs": "crosspipe-sweep.yaml", "4 DCs": "crosspipe-sweep-4dc.yaml"}
 BASELINES = ("1f1b", "zb_h1", "zbv")
@@ -114,12 +119,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, help="one row per cell")
     ap.add_argument("--summary", type=Path, help="markdown: one row per configuration")
+    add_save(ap)
     args = ap.parse_args()
     rows = cell_rows()
     table = sorted(compare(rows), key=lambda t: (t["dcs"], t["m"], t["transfer_xTF"],
                                                  t["delay_xTF"]))
     text = summary(table)
-    print(text)
+    with saved("crosspipe_sweep", args.save) as out:
+        print(text)
+        out.rows(table)
     if args.csv:
         write_csv(rows, args.csv)
     if args.summary:
