@@ -5,12 +5,15 @@ own grids included), with ``workload.schedule`` set to ``crosspipe_greedy``, the
 prediction (``testbed.sim.predict`` under the cell's plan, calibrated costs included) with
 today's generator and with the generator of ``--old-rev`` (default: the commit before issue 18,
 fixed priority I > F > W, float ties), loaded from git. Cells whose schedule needs chunks > 1
-are skipped; identical experiments (cells differing only in the schedule) are counted once.
+are skipped, and so are cells the greedy cannot be planned for (no modelled compute times, e.g.
+a ``workload.program`` with real compute; listed); identical experiments (cells differing only
+in the schedule) are counted once.
 
-    .venv/bin/python benchmarks/greedy_vs_old_rule.py [--csv OUT.csv]
+    .venv/bin/python benchmarks/greedy_vs_old_rule.py [--csv OUT.csv] [--save]
 
 Prints one line per configuration and exits 1 if any new prediction is longer than the old
-one by more than ``TOLERANCE_S``.
+one by more than ``TOLERANCE_S``. ``--save`` writes what it prints to
+results/benchmarks/greedy_vs_old_rule.md and the rows to greedy_vs_old_rule.csv.
 """
 from __future__ import annotations
 
@@ -22,9 +25,11 @@ import sys
 import types
 from pathlib import Path
 
-from testbed.plan import plan_cell, predict
+from testbed.plan import PlanError, plan_cell, predict
 from testbed.schedule import crossdc
 from testbed.spec import PROJECT_ROOT, load_experiment
+
+from benchsave import add_save, saved
 
 OLD_REV = "2882731"  # main before issue 18: crosspipe_greedy with the fixed I > F > W rule
 TOLERANCE_S = 1e-6  # float noise of the simulator, far below one action's software cost
@@ -67,15 +72,16 @@ def predict_with(generator, cell) -> tuple[float, str]:
         crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"] = saved
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old-rev", default=OLD_REV)
-    ap.add_argument("--csv", type=Path)
-    args = ap.parse_args()
-    old = old_generator(args.old_rev)
+def compare_all(old) -> list[dict]:
+    """One row per configuration: the old and new prediction; each printed as it comes."""
     rows = []
     for name, cell, greedy_cell in greedy_cells():
-        new_s, rule = predict_with(crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"], greedy_cell)
+        try:
+            new_s, rule = predict_with(crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"],
+                                       greedy_cell)
+        except PlanError as e:
+            print(f"{name:26} {cell.cell_id} skipped: {e}")
+            continue
         old_s, _ = predict_with(old, greedy_cell)
         params = {k: v for k, v in cell.params.items() if k != "workload.schedule"}
         rows.append({"experiment": name, "cell_id": cell.cell_id, **params,
@@ -83,10 +89,22 @@ def main() -> int:
                          100 * (new_s - old_s) / old_s, 2), "schedule_rule": rule})
         print(f"{name:26} {cell.cell_id} {params} old {old_s:.4f} s new {new_s:.4f} s "
               f"({rows[-1]['change_pct']:+.2f} %, {rule})")
-    worse = [r for r in rows if r["new_s"] > r["old_s"] + TOLERANCE_S]
-    print(f"{len(rows)} configurations: {len(worse)} longer, "
-          f"{sum(r['new_s'] < r['old_s'] - TOLERANCE_S for r in rows)} shorter, "
-          f"largest gain {min(r['change_pct'] for r in rows):+.2f} %")
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old-rev", default=OLD_REV)
+    ap.add_argument("--csv", type=Path)
+    add_save(ap)
+    args = ap.parse_args()
+    with saved("greedy_vs_old_rule", args.save) as out:
+        rows = compare_all(old_generator(args.old_rev))
+        worse = [r for r in rows if r["new_s"] > r["old_s"] + TOLERANCE_S]
+        print(f"{len(rows)} configurations: {len(worse)} longer, "
+              f"{sum(r['new_s'] < r['old_s'] - TOLERANCE_S for r in rows)} shorter, "
+              f"largest gain {min(r['change_pct'] for r in rows):+.2f} %")
+        out.rows(rows)
     if args.csv:
         fields = list(dict.fromkeys(k for r in rows for k in r))
         with args.csv.open("w", newline="", encoding="utf-8") as f:
