@@ -3,7 +3,8 @@
 The stand-ins share this machine's filesystem, packages and init system, so only the roles
 that touch nothing outside their own directory run for real: ``pyenv`` (a virtualenv with
 torch, from this machine's local wheel) into a temporary ``testbed_home``, on one host (on the
-others it would write the same directory). ``deploy`` also stays in its directory, but its
+others it would write the same directory), with ``testbed_pip_extra_args=--retries 0``, as on any
+lab without a route to the registry. ``deploy`` also stays in its directory, but its
 ``pip install`` of testbed's dependencies needs the package registry, which the stand-in
 namespaces have no route to: it runs in check mode. ``common`` (apt), ``nettune``
 (/etc/sysctl.d), ``timesync`` (chrony, a service) and ``sshaccess`` (a user, sudoers,
@@ -55,7 +56,10 @@ def ansible_inventory(lab, known_hosts, tmp_path):
 def test_pyenv_installs_for_real_and_a_second_run_changes_nothing(
         ansible_inventory, tmp_path):
     home = tmp_path / "testbed-home"
-    args = ("--tags", REAL_TAGS, "--limit", "dc1-0", "-e", f"testbed_home={home}")
+    # the stand-ins have no route to the registry: without --retries 0 pip waits about 75 s
+    # retrying it before it takes the local wheels
+    args = ("--tags", REAL_TAGS, "--limit", "dc1-0", "-e", f"testbed_home={home}",
+            "-e", "testbed_pip_extra_args='--retries 0'")
     first = playbook(ansible_inventory, *args)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert recap(first.stdout)["dc1-0"]["changed"] > 0

@@ -23,6 +23,9 @@ MISBEHAVE = Path(__file__).parent / "programs" / "misbehave.py"
 SLEEPY = ROOT / "examples" / "pipeline_sleep.py"
 # starting python + torch on 4 ranks takes 10-20 s on this busy 2-core machine
 TIMEOUT_S = 60
+# the cells that must time out (a hang, a rank that never joins) get a shorter one: they only
+# have to end by it, and each waits for all of it
+HANG_TIMEOUT_S = 20
 # a failed cell ends within its timeout plus building, measuring and tearing down the network
 # and the runner's grace periods: generous for a busy 2-core machine
 CELL_OVERHEAD_S = 40
@@ -36,21 +39,22 @@ topology: {root}/topologies/two-dc.yaml
 links:
   inter_dc: {{delay_ms: 1, rate_mbit: 1000}}
 measure_links: false
-timeout_s: {timeout}
 workload:
   parallel: {{pp: 4, dp: 1}}
   iterations: 4
   warmup: 1
   program: {{argv: [python, {prog}, plain, {marker}]}}
 matrix:
-  workload.program:
+  zip:
+    - timeout_s: [{timeouts}]
+      workload.program:
 {cells}
 """
 
 
 def _cell(mode: str, marker: str, regex: str | None = None) -> str:
     extra = f", iteration_regex: '{regex}'" if regex else ""
-    return f"    - {{argv: [python, {MISBEHAVE}, {mode}, {marker}]{extra}}}"
+    return f"        - {{argv: [python, {MISBEHAVE}, {mode}, {marker}]{extra}}}"
 
 
 def _run(exp: Path, results: Path) -> pd.DataFrame:
@@ -81,14 +85,17 @@ def test_failing_programs_fail_their_cell_and_the_sweep_goes_on(tmp_path):
     modes = ["exit", "hang", "nojoin", "marked", "plain"]
     cells = [_cell(m, marker) for m in modes]
     cells.append(_cell("printed", marker, r"took (?P<ms>[0-9.]+) ms"))
+    timeouts = [HANG_TIMEOUT_S if m in ("hang", "nojoin") else TIMEOUT_S for m in modes]
     exp = tmp_path / "programs.yaml"
-    exp.write_text(PROGRAMS.format(root=ROOT, timeout=TIMEOUT_S, prog=MISBEHAVE, marker=marker,
+    exp.write_text(PROGRAMS.format(root=ROOT, prog=MISBEHAVE, marker=marker,
+                                   timeouts=", ".join(map(str, timeouts + [TIMEOUT_S])),
                                    cells="\n".join(cells)), encoding="utf-8")
     rows, run = _run(exp, tmp_path / "results")
     assert list(rows["status"]) == ["failed"] * 3 + ["ok"] * 3, rows[["status", "error"]]
     assert re.search(r"rank 2 exited with 3", rows["error"][0]), rows["error"][0]
     assert "timed out" in rows["error"][1] and "timed out" in rows["error"][2]
-    assert all(rows["duration_s"][:3] < TIMEOUT_S + CELL_OVERHEAD_S)
+    assert rows["duration_s"][0] < TIMEOUT_S + CELL_OVERHEAD_S
+    assert all(rows["duration_s"][1:3] < HANG_TIMEOUT_S + CELL_OVERHEAD_S)
     marked, plain, printed = rows.iloc[3], rows.iloc[4], rows.iloc[5]
     assert marked["metrics_source"] == "marked" and marked["iterations_measured"] == 3
     assert marked["iteration_time_s"] >= 0.05 and pd.isna(marked.get("bubble_ratio"))
