@@ -4,8 +4,8 @@ Every number in the README that looks like a measurement (any number with a frac
 and any percentage) must appear as text in a git-tracked file under ``results/`` (that the
 README names the command beside it is for review to see). Renderings allowed: a Unicode minus
 for ``-``, a ``+`` sign, trailing zeros (``0.10`` = ``0.1``), and an unsigned README figure may
-quote a negative one as a magnitude ("within 2.2 %" for ``-2.2%``). No rounding: a README figure that a file holds only
-to more digits fails.
+quote a negative one as a magnitude ("within 2.2 %" for ``-2.2%``). No rounding: a README
+figure that a file holds only to more digits fails.
 
 Two lists say what else a README number may be:
 
