@@ -2,7 +2,12 @@
 
 Model, per iteration (all ranks start together, as after the executor's barrier):
 
-- each rank first posts one receive per RECV in its list (``POST_RECV_S`` each);
+- each rank first posts one receive per RECV in its list (``POST_RECV_S`` each); gloo tells
+  the sender of each posted receive (a notification over the reverse path), and sends the
+  bytes of a message only once the sender knows its receive is posted: a message issued before
+  that waits for it. With a one-way delay longer than the compute before a rank's first send
+  (say 40 ms against a 20 ms forward), that first message leaves one delay after the
+  iteration's start, not when it was issued;
 - a compute action (F, B, I, W) takes its emulated time plus ``SLEEP_OVERSHOOT_S``; it counts
   as busy, exactly as the executor's trace does;
 - a SEND holds its rank ``SEND_CALL_S`` (idle, as the trace's ``comm`` record) and hands the
@@ -10,7 +15,8 @@ Model, per iteration (all ranks start together, as after the executor's barrier)
   time, in the order the sends were issued (htb + bfifo, and gloo's one TCP connection per rank
   pair, serve bytes in order; concurrent TCP flows on one link would interleave packets and
   share the rate instead: their total time is the same, the order of completions is not). A
-  transfer starts when every hop of its path is free, occupies them for bytes × 8 / the
+  transfer starts when every hop of its path is free and its receive is known to be posted,
+  occupies them for bytes × 8 / the
   bottleneck rate, and arrives one propagation delay (the sum over hops) and
   ``MESSAGE_LATENCY_S`` of software later. Unshaped paths move ``UNSHAPED_BYTES_PER_S``;
 - a RECV blocks until its message has arrived; the blocked time is exposed communication;
@@ -144,6 +150,7 @@ class _Run:
         self.events: list[tuple[float, int, int]] = []
         self.seq = 0
         self.arrival: dict[tuple, float] = {}
+        self.recv_known: dict[tuple, float] = {}  # when the sender learns the recv is posted
         self.waiting: dict[tuple, tuple[int, float]] = {}
         self.hop_free: dict[str, float] = defaultdict(float)
         self.sent_by: dict[int, float] = defaultdict(float)
@@ -157,8 +164,7 @@ class _Run:
 
     def go(self) -> SimResult:
         for r in range(self.world):
-            n_recv = sum(a.kind in (Kind.RECV_F, Kind.RECV_B) for a in self._actions(r))
-            self.push(n_recv * C.POST_RECV_S, r)
+            self.push(self._post_receives(r), r)
         while self.events:
             t, _, r = heapq.heappop(self.events)
             self._step(r, t)
@@ -167,6 +173,24 @@ class _Run:
                      if r not in self.done}
             raise Deadlock(f"deadlock: ranks wait on {stuck}")
         return self._result(self._all_reduce())
+
+    def _post_receives(self, r: int) -> float:
+        """Post rank ``r``'s receives in list order; when each sender learns of its receive is
+        recorded. Returns the time the rank's first action starts."""
+        t = 0.0
+        for a in self._actions(r):
+            if a.kind in (Kind.RECV_F, Kind.RECV_B):
+                t += C.POST_RECV_S
+                key = self._recv_key(r, a)
+                sender = self._global(r, key[2])
+                self.recv_known[key] = t + self.inp.path(r, sender).delay_s
+        return t
+
+    def _recv_key(self, r: int, a: Action) -> tuple:
+        """The message a RECV waits for: (replica, direction, sending stage, microbatch)."""
+        fwd = a.kind is Kind.RECV_F
+        return (r // self.s.pp, "F" if fwd else "B", a.stage - 1 if fwd else a.stage + 1,
+                a.microbatch)
 
     def _actions(self, rank: int) -> list[Action]:
         return self.s.actions[rank % self.s.pp]
@@ -202,12 +226,12 @@ class _Run:
         dst = self._global(r, a.stage + 1 if fwd else a.stage - 1)
         path = self.inp.path(r, dst)
         hops = path.hops + (f"conn {r}->{dst}",)
-        start = max([t] + [self.hop_free[h] for h in hops])
+        key = (r // self.s.pp, "F" if fwd else "B", a.stage, a.microbatch)
+        start = max([t, self.recv_known.get(key, 0.0)] + [self.hop_free[h] for h in hops])
         left = start + path.serialization_s(self.inp.message_bytes)
         for h in hops:
             self.hop_free[h] = left
         self.sent_by[r] = max(self.sent_by[r], left)
-        key = (r // self.s.pp, "F" if fwd else "B", a.stage, a.microbatch)
         self.arrival[key] = left + path.delay_s + C.MESSAGE_LATENCY_S
         if key in self.waiting:
             self.push(*self._wake(key))
@@ -217,9 +241,7 @@ class _Run:
         return since, rank
 
     def _recv(self, r: int, a: Action, t: float) -> None:
-        fwd = a.kind is Kind.RECV_F
-        key = (r // self.s.pp, "F" if fwd else "B", a.stage - 1 if fwd else a.stage + 1,
-               a.microbatch)
+        key = self._recv_key(r, a)
         if key not in self.arrival:
             self.waiting[key] = (r, t)  # woken (at t) once the send is issued
             return

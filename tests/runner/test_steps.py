@@ -16,9 +16,9 @@ pytestmark = [pytest.mark.root, pytest.mark.torch]
 ROOT = Path(__file__).resolve().parents[2]
 STEP = ROOT / "tests" / "runner" / "exps" / "step.yaml"
 LINK = "link_dcs-dct_"
-# Prediction vs measured median: the simulator has no model of the busy 2-core machine's
-# scheduling noise (the other runner tests allow 0.75-1.1); 10 % holds on this machine
-PREDICTION_TOLERANCE = 0.10
+# Prediction vs measured median: the acceptance's 5 %. Measured 0.1-0.5 % apart on this
+# machine (a model without gloo's receive-ready handshake was 4 % short in the 40 ms phase)
+PREDICTION_TOLERANCE = 0.05
 
 
 @pytest.fixture(scope="module")

@@ -44,16 +44,31 @@ def test_one_f_one_b_on_two_stages_pays_the_latency_twice(no_overheads):
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("p,m,L", [(4, 8, 0.002), (4, 8, 0.040), (3, 6, 0.015), (8, 16, 0.04)])
 def test_latency_on_every_boundary_matches_the_dependency_timeline(no_overheads, name, p, m, L):
-    # testbed.schedule.lower.timeline is an independent dependency-driven model
+    # testbed.schedule.lower.timeline is an independent dependency-driven model; it has no
+    # receive-ready handshake, which holds the first message back by L − F when L > F (the
+    # next test) and everything after it with it
     ref = timeline(generate(name, p, m, 1), F * 1000, B * 1000, link_ms=L * 1000)
-    assert sim(name, p, m, delay_s=L).span_s == pytest.approx(ref.span_ms / 1000)
+    handshake = max(0.0, L - F)
+    assert sim(name, p, m, delay_s=L).span_s == pytest.approx(ref.span_ms / 1000 + handshake)
+
+
+def test_a_message_leaves_once_its_sender_knows_the_receive_is_posted(no_overheads):
+    # gloo sends a message's bytes only after the receiver's "receive posted" notification
+    # has come back over the link. Rank 1 posts its receives at the iteration's start, so
+    # rank 0 learns of them at L; F0 is issued at F < L and leaves at L, arriving at 2 L.
+    # 1F1B on 2 stages then ends at 3 (F + B) + 2 L (test above) + (L − F).
+    L = 3 * F
+    res = sim("1f1b", 2, 2, delay_s=L)
+    first_forward = min(s.t0 for s in res.spans if s.rank == 1 and s.kind == "F")
+    assert first_forward == pytest.approx(2 * L)
+    assert res.span_s == pytest.approx(3 * (F + B) + 2 * L + (L - F))
 
 
 def test_latency_costs_one_f_one_b_more_than_gpipe(no_overheads):
     base = {n: sim(n, 4, 8).span_s for n in ("gpipe", "1f1b")}
     slow = {n: sim(n, 4, 8, delay_s=4 * F).span_s for n in ("gpipe", "1f1b")}
-    # GPipe pays each boundary only in fill and drain: 2 (p − 1) L
-    assert slow["gpipe"] - base["gpipe"] == pytest.approx(2 * 3 * 4 * F)
+    # GPipe pays each boundary only in fill and drain: 2 (p − 1) L, and the handshake L − F
+    assert slow["gpipe"] - base["gpipe"] == pytest.approx(2 * 3 * 4 * F + 3 * F)
     assert slow["1f1b"] - base["1f1b"] > slow["gpipe"] - base["gpipe"]
 
 
