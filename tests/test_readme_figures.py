@@ -78,6 +78,7 @@ NOT_MEASURED = {
     "0.5 × T_F": "configured transfer",
     "0.5 ms wait window": "a constant of the greedy schedule",
     "below −3 %": "a threshold the sentence picks",
+    "2.5 MB here": "the default queue: one bandwidth-delay product, 1 Gbit/s × 20 ms RTT",
 }
 
 DERIVED = {  # README text: the arithmetic behind each of its figures, in order
