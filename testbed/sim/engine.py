@@ -16,9 +16,9 @@ Model, per iteration (all ranks start together, as after the executor's barrier)
   pair, serve bytes in order; concurrent TCP flows on one link would interleave packets and
   share the rate instead: their total time is the same, the order of completions is not). A
   transfer starts when every hop of its path is free and its receive is known to be posted,
-  occupies them for bytes × 8 / the
-  bottleneck rate, and arrives one propagation delay (the sum over hops) and
-  ``MESSAGE_LATENCY_S`` of software later. Unshaped paths move ``UNSHAPED_BYTES_PER_S``;
+  occupies them for bytes × 8 / the bottleneck rate, and arrives one propagation delay (the sum
+  over hops) and ``MESSAGE_LATENCY_S`` of software later. Unshaped paths move
+  ``UNSHAPED_BYTES_PER_S``;
 - a RECV blocks until its message has arrived; the blocked time is exposed communication;
 - after its last action a rank waits for its sends to leave (SEND_WAIT), then, with dp > 1,
   joins its stage's data-parallel all-reduce (ring: starts when the last replica arrives).
@@ -175,8 +175,8 @@ class _Run:
         return self._result(self._all_reduce())
 
     def _post_receives(self, r: int) -> float:
-        """Post rank ``r``'s receives in list order; when each sender learns of its receive is
-        recorded. Returns the time the rank's first action starts."""
+        """Post rank ``r``'s receives in list order and record when each sender learns of its
+        receive. Returns the time the rank's first action starts."""
         t = 0.0
         for a in self._actions(r):
             if a.kind in (Kind.RECV_F, Kind.RECV_B):
