@@ -36,6 +36,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from testbed.runner.series import ITERATIONS_CSV
+from testbed.runner.store import cell_path
+
 from benchsave import add_save, saved
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,9 +107,7 @@ def ranks_of(row: dict) -> int:
 
 def measured_iterations_s(run_dir: Path, row: dict) -> float:
     """Sum of the measured iterations' times of a row (its iterations.csv)."""
-    path = run_dir / "cells" / row["cell_id"] / "iterations.csv"
-    if row.get("repeat") not in ("0", "", None):
-        path = run_dir / "cells" / f"{row['cell_id']}-r{row['repeat']}" / "iterations.csv"
+    path = cell_path(run_dir, row["cell_id"], int(row.get("repeat") or 0)) / ITERATIONS_CSV
     with open(path, newline="", encoding="utf-8") as f:
         return sum(float(r["iteration_time_s"]) for r in csv.DictReader(f))
 

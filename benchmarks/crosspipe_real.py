@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 
 from testbed.metrics import load_traces, per_iteration
+from testbed.runner.series import ITERATIONS_CSV
+from testbed.runner.store import cell_path
 
 from benchsave import add_save, saved
 
@@ -34,7 +36,7 @@ NO_SERIES = ("n = –: the run directory kept no per-iteration series for the ce
 def repeat_spans(cell_dir: Path) -> list[float]:
     """One cell × repeat's measured iteration times (s); empty when nothing per iteration was
     kept."""
-    series = cell_dir / "iterations.csv"
+    series = cell_dir / ITERATIONS_CSV
     if series.is_file():
         with series.open(encoding="utf-8") as f:
             return [float(r["iteration_time_s"]) for r in csv.DictReader(f)]
@@ -51,9 +53,7 @@ def cell_spans(run_dir: Path) -> list[dict]:
     cells: dict[str, dict] = {}
     for r in rows:
         cell = cells.setdefault(r["cell_id"], {**r, "spans": [], "row_medians": []})
-        repeat = int(r.get("repeat") or 0)
-        name = r["cell_id"] if repeat == 0 else f"{r['cell_id']}-r{repeat}"
-        cell["spans"] += repeat_spans(run_dir / "cells" / name)
+        cell["spans"] += repeat_spans(cell_path(run_dir, r["cell_id"], int(r.get("repeat") or 0)))
         cell["row_medians"].append(float(r["iteration_time_s"]))
     return list(cells.values())
 

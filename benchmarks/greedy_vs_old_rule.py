@@ -63,13 +63,13 @@ def greedy_cells():
 
 def predict_with(generator, cell) -> tuple[float, str]:
     """(predicted iteration s, schedule variant) with ``generator`` as crosspipe_greedy."""
-    saved = crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"]
+    current = crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"]
     crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"] = generator
     try:
         plan = plan_cell(cell)
         return predict(plan)["predicted_iteration_time_s"], plan.schedule.variant
     finally:
-        crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"] = saved
+        crossdc.CROSS_DC_GENERATORS["crosspipe_greedy"] = current
 
 
 def compare_all(old) -> list[dict]:
