@@ -1,9 +1,17 @@
 """Metrics from per-rank traces: iteration time, bubble ratio, throughput, exposed comm.
 
-Per measured iteration (warm-up excluded) the span is global: from the earliest iteration start
-to the latest iteration end over all ranks (every rank starts after the same barrier; on one
-machine all ranks share CLOCK_MONOTONIC). A rank's busy time is the sum of its ``compute``
-records in that iteration; everything else is idle. Reported:
+An iteration's time has one of two definitions (the row's ``iteration_basis``):
+
+- ``span`` (the built-in worker, whose ranks start every iteration together after its start
+  sync): from the earliest iteration start to the latest iteration end over all ranks (on one
+  machine all ranks share CLOCK_MONOTONIC);
+- ``period`` (a user's program, whose ranks drift apart as an ordinary training loop lets
+  them: a downstream rank starts its next step while upstream ranks still finish the last):
+  the steady-state period, from a rank's iteration start to its next, mean over ranks
+  (``by_period``). The earliest-start-to-latest-end span would overstate it.
+
+A rank's busy time is the sum of its ``compute`` records in that iteration; the rest of the
+span (or of its own period) is idle. Warm-up iterations are excluded. Reported:
 
 - ``bubble_ratio``: idle / span, mean over ranks (then over iterations); ``bubble_ratio_max``
   the worst rank; ``bubble_ratio_megatron``: idle / busy (Megatron's (p−1)/m convention);
@@ -43,8 +51,11 @@ from testbed.spec import Workload
 from testbed.traceformat import TRACE_GLOB, read_trace
 
 
-def load_traces(cell_dir: Path) -> dict[int, list[dict]]:
-    """Every rank's records, by rank; raises WorkerError when a trace is missing or failed."""
+def load_traces(cell_dir: Path, finished: bool = True) -> dict[int, list[dict]]:
+    """Every rank's records, by rank; raises WorkerError when a trace is missing or, with
+    ``finished``, failed or cut short (without, what a rank traced before it failed or was
+    stopped is taken as it is: a program that finished its iterations and then failed at
+    exit)."""
     out = {}
     for path in sorted(Path(cell_dir).glob(TRACE_GLOB)):
         records = list(read_trace(path))
@@ -52,7 +63,7 @@ def load_traces(cell_dir: Path) -> dict[int, list[dict]]:
         end = next((r for r in records if r.get("type") == "end"), None)
         if meta is None:
             raise WorkerError(f"{path.name} has no meta record (the worker did not start)")
-        if end is None or end.get("status") != "ok":
+        if finished and (end is None or end.get("status") != "ok"):
             why = end.get("error") if end else "no end record (killed?)"
             raise WorkerError(f"rank {meta['rank']} did not finish: {why}")
         out[meta["rank"]] = records
@@ -74,7 +85,7 @@ def percentile(values: list[float], q: float) -> float:
 def per_iteration(traces: dict[int, list[dict]]) -> list[dict[str, Any]]:
     """For each measured iteration: span (s) and per-rank busy and wait (s)."""
     iters: dict[int, dict] = defaultdict(lambda: {"t0": [], "t1": [], "busy": {}, "wait": {},
-                                                  "fills": []})
+                                                  "fills": [], "starts": {}, "ends": {}})
     warm = set()
     for rank, recs in traces.items():
         for r in recs:
@@ -84,6 +95,7 @@ def per_iteration(traces: dict[int, list[dict]]) -> list[dict[str, Any]]:
                 d = iters[r["iter"]]
                 d["t0"].append(r["t0"])
                 d["t1"].append(r["t1"])
+                d["starts"][rank], d["ends"][rank] = r["t0"], r["t1"]
                 d["busy"].setdefault(rank, 0)
                 d["wait"].setdefault(rank, 0)
                 if r["warmup"]:
@@ -99,6 +111,7 @@ def per_iteration(traces: dict[int, list[dict]]) -> list[dict[str, Any]]:
             continue
         span = (max(d["t1"]) - min(d["t0"])) / 1e9
         out.append({"iter": it, "span_s": span, "t0_ns": min(d["t0"]), "t1_ns": max(d["t1"]),
+                    "starts_ns": d["starts"], "ends_ns": d["ends"],
                     "busy_s": {r: v / 1e9 for r, v in d["busy"].items()},
                     "wait_s": {r: v / 1e9 for r, v in d["wait"].items()},
                     **_fills(d["fills"], min(d["t0"]), max(d["t1"]), d["busy"])})
@@ -120,11 +133,36 @@ def _fills(fills: list[tuple[int, dict]], t0: int, t1: int, ranks) -> dict[str, 
     return out
 
 
+def by_period(iters: list[dict]) -> list[dict]:
+    """``iters`` (``per_iteration``) on the period basis, for ranks that do not start each
+    iteration together (a program's ordinary training loop): an iteration's time on a rank is
+    from its start to that rank's next start, and its ``span_s`` becomes the mean of those
+    periods over ranks (``period_by_rank_s`` keeps each). An iteration whose successor was not
+    measured (the last) has no period and is left out; with none left, each rank's own
+    start-to-end time stands in."""
+    nxt = {i["iter"]: i for i in iters}
+    out = []
+    for i in iters:
+        after = nxt.get(i["iter"] + 1)
+        if after is None:
+            continue
+        period = {r: (after["starts_ns"][r] - t0) / 1e9 for r, t0 in i["starts_ns"].items()}
+        out.append({**i, "span_s": statistics.fmean(period.values()),
+                    "period_by_rank_s": period})
+    if out or not iters:
+        return out
+    last = iters[-1]
+    own = {r: (last["ends_ns"][r] - t0) / 1e9 for r, t0 in last["starts_ns"].items()}
+    return [{**last, "span_s": statistics.fmean(own.values()), "period_by_rank_s": own}]
+
+
 def iteration_stats(i: dict) -> dict[str, float]:
     """One measured iteration's bubble (mean and worst rank), Megatron bubble and exposed
-    communication (s, mean over ranks)."""
-    idle = {r: i["span_s"] - b for r, b in i["busy_s"].items()}
-    ratios = [idle[r] / i["span_s"] for r in idle]
+    communication (s, mean over ranks); idle is measured against the global span, or each
+    rank's own period on the period basis (``by_period``)."""
+    span = i.get("period_by_rank_s") or {r: i["span_s"] for r in i["busy_s"]}
+    idle = {r: span[r] - b for r, b in i["busy_s"].items()}
+    ratios = [idle[r] / span[r] for r in idle]
     busy = sum(i["busy_s"].values())
     return {"bubble_ratio": statistics.fmean(ratios), "bubble_ratio_max": max(ratios),
             "bubble_ratio_megatron": sum(idle.values()) / busy if busy else float("nan"),

@@ -5,6 +5,8 @@
     cell.json              the cell file (testbed.launch.cellfile)
     trace-rank<R>.jsonl    rank R's trace (testbed.traceformat)
     worker-rank<R>.log     rank R's stdout and stderr
+    rank<R>/               a program's working directory on rank R (what it writes lands here)
+    error-rank<R>.json     a program's error, written by torch's ``@record`` (if it uses it)
     trace.json             the Perfetto timeline of all ranks
     steps.json             time-varying link steps as applied
     net/                   the network's own records (delay-line configs and logs, lab.json)
@@ -36,6 +38,13 @@ class CellDir:
 
     def worker_log(self, rank: int) -> PurePath:
         return self.root / f"worker-rank{rank}.log"
+
+    def rank_dir(self, rank: int) -> PurePath:
+        """Rank ``rank``'s own working directory (programs only)."""
+        return self.root / f"rank{rank}"
+
+    def error_file(self, rank: int) -> PurePath:
+        return self.root / f"error-rank{rank}.json"
 
     def traces(self) -> list[Path]:
         """The trace files present, by rank (local cell directories only)."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from testbed.errors import WorkerError
+from testbed.launch.celldir import CellDir
 
 WORKER_MODULE = "testbed.train.worker"
 MASTER_PORT = 29500
@@ -18,7 +19,12 @@ MASTER_PORT = 29500
 class RankJob:
     """What one rank is told: torchrun's variables plus the cell's timeout (seconds), and the
     GPU it may use (``cuda_device``; None on a host without GPUs: CUDA_VISIBLE_DEVICES is then
-    left as the host has it)."""
+    left as the host has it).
+
+    ``group_rank``/``group_world_size`` are the rank's host among the cell's hosts (torchrun's
+    node rank and node count); ``machine_ranks`` is how many of the cell's ranks share the
+    machine this rank runs on (the emulated hosts of one box share its cores), which decides
+    OMP_NUM_THREADS as torchrun's ``--nproc_per_node`` does; ``run_id`` names the cell."""
 
     rank: int
     world_size: int
@@ -29,18 +35,56 @@ class RankJob:
     local_rank: int = 0
     local_world_size: int = 1
     cuda_device: int | None = None
+    group_rank: int = 0
+    group_world_size: int = 1
+    machine_ranks: int = 1
+    run_id: str = "none"
+
+
+# what torchrun (torch.distributed.run, torch 2.13) gives every worker besides its identity;
+# each is a default: a value the user sets is kept, as torchrun keeps one already set
+TORCHRUN_DEFAULTS = {
+    "TORCHELASTIC_RESTART_COUNT": "0",
+    "TORCHELASTIC_MAX_RESTARTS": "0",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+}
+
+
+def torchrun_env(job: RankJob) -> tuple[dict[str, str], dict[str, str]]:
+    """torchrun's environment for one rank, as (defaults, identity): the defaults yield to a
+    value set by the user (``program.env``), the identity never does.
+
+    OMP_NUM_THREADS=1 is among the defaults where several ranks share a machine: torchrun
+    sets it for ``--nproc_per_node`` > 1, and emulated hosts on one box share its cores.
+    TORCHELASTIC_USE_AGENT_STORE is False: no torchrun agent hosts the store, rank 0 does
+    (``init_process_group`` starts it, as under torchrun's static rendezvous)."""
+    defaults = dict(TORCHRUN_DEFAULTS)
+    if job.machine_ranks > 1:
+        defaults["OMP_NUM_THREADS"] = "1"
+    identity = {
+        "RANK": str(job.rank), "WORLD_SIZE": str(job.world_size),
+        "LOCAL_RANK": str(job.local_rank), "LOCAL_WORLD_SIZE": str(job.local_world_size),
+        "GROUP_RANK": str(job.group_rank), "GROUP_WORLD_SIZE": str(job.group_world_size),
+        "ROLE_NAME": "default", "ROLE_RANK": str(job.rank),
+        "ROLE_WORLD_SIZE": str(job.world_size),
+        "MASTER_ADDR": job.master_addr, "MASTER_PORT": str(job.master_port),
+        "TORCHELASTIC_RUN_ID": job.run_id, "TORCHELASTIC_USE_AGENT_STORE": "False",
+    }
+    return defaults, identity
 
 
 def worker_env(job: RankJob) -> dict[str, str]:
-    """The torchrun-compatible environment of one rank (added to the host's own), with
-    CUDA_VISIBLE_DEVICES when the rank was given a GPU."""
-    env = {
-        "RANK": str(job.rank), "WORLD_SIZE": str(job.world_size),
-        "LOCAL_RANK": str(job.local_rank), "LOCAL_WORLD_SIZE": str(job.local_world_size),
-        "MASTER_ADDR": job.master_addr, "MASTER_PORT": str(job.master_port),
-        "GLOO_SOCKET_IFNAME": job.iface, "NCCL_SOCKET_IFNAME": job.iface,
-        "TESTBED_TIMEOUT_S": str(int(job.timeout_s)),
-    }
+    """The environment of one rank (added to the host's own): torchrun's (``torchrun_env``),
+    the interfaces gloo and NCCL use, the cell's timeout, and CUDA_VISIBLE_DEVICES where the
+    rank was given a GPU."""
+    defaults, identity = torchrun_env(job)
+    return {**defaults, **identity, **_testbed_env(job)}
+
+
+def _testbed_env(job: RankJob) -> dict[str, str]:
+    env = {"GLOO_SOCKET_IFNAME": job.iface, "NCCL_SOCKET_IFNAME": job.iface,
+           "TESTBED_TIMEOUT_S": str(int(job.timeout_s))}
     if job.cuda_device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(job.cuda_device)
     return env
@@ -89,10 +133,15 @@ def program_argv(python: str, argv: list[str], cell_file: PurePath,
 
 def program_env(job: RankJob, env: dict[str, str], cell_file: PurePath,
                 out_dir: PurePath) -> dict[str, str]:
-    """The program's own ``env``, then the torchrun-compatible variables (which win), then
-    TESTBED_CELL and TESTBED_OUT (the cell file and where traces go)."""
-    return {**env, **worker_env(job), "TESTBED_CELL": str(cell_file),
-            "TESTBED_OUT": str(out_dir)}
+    """What torchrun would give the program on its host: torchrun's defaults, overridden by
+    the program's own ``env``, then the rank's identity and testbed's variables (which win):
+    the interfaces, TORCHELASTIC_ERROR_FILE (where a program decorated with torch's
+    ``@record`` writes its error), TESTBED_CELL and TESTBED_OUT (the cell file and where
+    traces go)."""
+    defaults, identity = torchrun_env(job)
+    return {**defaults, **env, **identity, **_testbed_env(job),
+            "TORCHELASTIC_ERROR_FILE": str(CellDir(out_dir).error_file(job.rank)),
+            "TESTBED_CELL": str(cell_file), "TESTBED_OUT": str(out_dir)}
 
 
 def program_files(argv: list[str], files: list[str], base_dir: Path) -> dict[str, Path]:

@@ -1,7 +1,9 @@
 """Run a workload's ranks as local processes over loopback (no emulated network).
 
 For tests, benchmarks and quick checks of a schedule; the runner launches the same worker,
-with the same cell file, environment and argv, inside the emulated network instead.
+with the same cell file, environment and argv, inside the emulated network instead. A
+program's control run (``run_program_local``) is the program as ``torchrun --nproc_per_node
+<world>`` would start it on this machine: one node, loopback, torchrun's environment.
 """
 from __future__ import annotations
 
@@ -9,10 +11,12 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from testbed.launch.celldir import CellDir
 from testbed.launch.cellfile import CellFile, single_host_placement
-from testbed.launch.command import RankJob, worker_argv, worker_env
+from testbed.launch.command import (RankJob, program_argv, program_env, program_files,
+                                    remote_argv, worker_argv, worker_env)
 from testbed.launch.supervise import start_logged, stop_process, watch_workers
 from testbed.schedule.ir import Schedule
 from testbed.spec import Workload
@@ -57,3 +61,30 @@ def run_local(w: Workload, out: Path, timeout_s: float = 300, extra: list[str] =
             stop_process(p)
         raise
     watch_workers(procs, timeout_s, Path(out))
+
+
+def run_program_local(w: Workload, out: Path, timeout_s: float,
+                      finished: Callable[[], set[int]] | None = None) -> dict[int, str]:
+    """Run ``w``'s program on every rank over loopback, each rank in its own working
+    directory under ``out`` (traces and logs in ``out``, as in a cell directory); waits as
+    the runner does (``watch_workers``, with ``finished``) and returns what ranks did at exit
+    when not a clean 0. Raises WorkerError on failure or timeout."""
+    cell = write_cell(w, out)
+    d, port, world = CellDir(Path(out)), free_port(), w.world_size
+    files = {n: f.resolve() for n, f in program_files(w.program.argv, w.program.files,
+                                                      w.base_dir).items()}
+    argv = remote_argv(program_argv(sys.executable, w.program.argv, cell, Path(out)), files)
+    procs: dict[int, subprocess.Popen] = {}
+    try:
+        for rank in range(world):
+            job = RankJob(rank, world, LOOPBACK, port, "lo", timeout_s, rank, world,
+                          machine_ranks=world, run_id="control")
+            work = Path(d.rank_dir(rank))
+            work.mkdir(parents=True, exist_ok=True)
+            procs[rank] = start_logged(argv, program_env(job, w.program.env, cell, Path(out)),
+                                       Path(d.worker_log(rank)), cwd=work)
+    except BaseException:
+        for p in procs.values():
+            stop_process(p)
+        raise
+    return watch_workers(procs, timeout_s, Path(out), finished=finished)

@@ -21,6 +21,11 @@ POLL_S = 0.05
 STOP_GRACE_S = 3.0      # SIGTERM → SIGKILL, for every process the project starts
 SETTLE_S = 2.0          # after a failure, how long peers get to fail (or finish) themselves
 ERROR_TAIL_LINES = 3
+# a program whose ranks have all traced their last iteration gets this long to exit before it
+# is stopped and noted as hung at exit (its interpreter's and torch's shutdown take 1-3 s on a
+# busy 2-core machine)
+EXIT_GRACE_S = 10.0
+LOOK_S = 0.5  # how often the traces are read for finished ranks (they are on disk)
 
 
 def stop_process(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
@@ -54,26 +59,44 @@ def _ended_at(cell_dir: CellDir, rank: int) -> float:
 
 
 def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir: Path,
-                  check: Callable[[], None] | None = None) -> None:
+                  check: Callable[[], None] | None = None,
+                  finished: Callable[[], set[int]] | None = None) -> dict[int, str]:
     """Wait for every worker. A failure or the timeout stops the rest (none outlives the call)
     and raises WorkerError naming the rank that failed first and its last log lines. ``check``
-    is called every poll; what it raises (e.g. a dead delay line) stops the workers too."""
+    is called every poll; what it raises (e.g. a dead delay line) stops the workers too.
+
+    ``finished`` (a program's cell) says which ranks have traced all their iterations. Once
+    every rank has, a rank that hangs at exit is stopped after ``EXIT_GRACE_S`` and a rank that
+    fails at exit does not fail the cell: the measured iterations stand, and the returned
+    notes (rank → what happened at exit) say so. Returns {} when every rank exited with 0."""
     cell_dir = CellDir(cell_dir)
     deadline = time.monotonic() + timeout_s
+    all_done_at, next_look = None, 0.0
     try:
         while any(p.poll() is None for p in procs.values()):
             if check is not None:
                 check()
-            if any(p.poll() not in (None, 0) for p in procs.values()):
+            now = time.monotonic()
+            if finished is not None and all_done_at is None and now >= next_look:
+                next_look = now + LOOK_S
+                all_done_at = now if finished() >= set(procs) else None
+            if all_done_at is None and any(p.poll() not in (None, 0) for p in procs.values()):
                 break
-            if time.monotonic() > deadline:
-                running = sorted(r for r, p in procs.items() if p.poll() is None)
-                raise WorkerError(f"timed out after {timeout_s:g} s; ranks still running: "
-                                  f"{running}")
+            if now > deadline or (all_done_at is not None and now > all_done_at + EXIT_GRACE_S):
+                break
             time.sleep(POLL_S)
+        if finished is not None and finished() >= set(procs):
+            grace_end = (all_done_at or time.monotonic()) + EXIT_GRACE_S
+            while time.monotonic() < grace_end and any(p.poll() is None for p in procs.values()):
+                time.sleep(POLL_S)
+            return _exit_notes(procs)
+        running = sorted(r for r, p in procs.items() if p.poll() is None)
+        if running and not any(p.poll() not in (None, 0) for p in procs.values()):
+            raise WorkerError(f"timed out after {timeout_s:g} s; ranks still running: "
+                              f"{running}")
         failed = {r: p.returncode for r, p in procs.items() if p.poll() not in (None, 0)}
         if not failed:
-            return
+            return {}
         settle = time.monotonic() + SETTLE_S
         while time.monotonic() < settle and any(p.poll() is None for p in procs.values()):
             time.sleep(POLL_S)
@@ -87,8 +110,22 @@ def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir
             stop_process(p)
 
 
-def start_logged(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    """Start ``argv`` on this machine with ``env`` added to this process's environment, its
-    stdout and stderr into ``log_path``."""
+def _exit_notes(procs: dict[int, subprocess.Popen]) -> dict[int, str]:
+    """What each rank that had finished its iterations did at exit, when not a clean 0."""
+    notes = {}
+    for r, p in sorted(procs.items()):
+        code = p.poll()
+        if code is None:
+            notes[r] = f"hung at exit (stopped {EXIT_GRACE_S:g} s after the last rank finished)"
+        elif code != 0:
+            notes[r] = f"exited with {code} after its last iteration"
+    return notes
+
+
+def start_logged(argv: list[str], env: dict[str, str], log_path: Path,
+                 cwd: Path | None = None) -> subprocess.Popen:
+    """Start ``argv`` on this machine (in ``cwd``; None: this process's) with ``env`` added to
+    this process's environment, its stdout and stderr into ``log_path``."""
     with open(log_path, "wb") as log:
-        return subprocess.Popen(argv, env=dict(os.environ, **env), stdout=log, stderr=log)
+        return subprocess.Popen(argv, env=dict(os.environ, **env), stdout=log, stderr=log,
+                                cwd=cwd)

@@ -29,9 +29,10 @@ from testbed.topology import ResolvedLink
 from testbed.perfetto import export
 from testbed.plan import CellPlan
 from testbed.runner import columns
+from testbed.runner.control import control_columns
 from testbed.runner.fidelity import CpuSampler, assess
 from testbed.runner.livenet import LiveNetwork
-from testbed.runner.measured import cell_metrics
+from testbed.runner.measured import program_metrics
 from testbed.runner.series import measure
 from testbed.runner.store import RunStore
 from testbed.runner.tracewatch import IterationWatch
@@ -47,8 +48,9 @@ class CellRunner:
     cell starts from scratch (a new network, a process per rank, links measured again)."""
 
     def __init__(self, backend: Backend, requested_shaper: str, store: RunStore,
-                 warm: bool = True):
+                 warm: bool = True, controls: dict[str, dict] | None = None):
         self.backend, self.requested_shaper, self.store = backend, requested_shaper, store
+        self.controls = controls or {}  # programs' control runs (testbed.runner.control)
         self.shaper_name = ""
         self.warm = warm
         self.pool = RankPool(sys.executable) if warm else None
@@ -126,7 +128,9 @@ class CellRunner:
                                   IterationWatch(Path(cell_dir.trace(0))).done)
             # a shaper that dies mid-run (a delay line) fails the cell at once, naming the link
             with CpuSampler() as cpu:  # the box's CPU over the workers' phase (fidelity)
-                watch_workers(procs, exp.timeout_s, Path(cell_dir.root), check=shaper.check_alive)
+                exits = watch_workers(procs, exp.timeout_s, Path(cell_dir.root),
+                                      check=shaper.check_alive,
+                                      finished=_finished(plan, cell_dir))
             row["wall_time_s"] = round(time.monotonic() - t0, 3)
             player.stop()  # no step half-applied while shaping is read back
             shaper.verify()  # still as set at the end of the run
@@ -134,7 +138,8 @@ class CellRunner:
             _write_json(Path(cell_dir.steps), player.applied)
             clock.mark("workers")
         clock.mark("stop")
-        row.update(_metrics(Path(cell_dir.root), plan, player))
+        row.update(_metrics(Path(cell_dir.root), plan, player, exits))
+        row.update(control_columns(plan, self.controls, row, Path(cell_dir.root)))
         row.update(assess(Path(cell_dir.root), plan, row, cpu))
         export(Path(cell_dir.root))
         clock.mark("metrics")
@@ -166,13 +171,26 @@ def _start_steps(shaper: Shaper, links: list[ResolvedLink], stack: ExitStack,
     return player
 
 
-def _metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer) -> dict[str, Any]:
+def _metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer,
+             exit_notes: dict[int, str]) -> dict[str, Any]:
     """The built-in worker's metrics with its per-iteration series (and the phased prediction
     of a cell with steps); a program's, as far as its traces or output allow
-    (``metrics_source`` says how they were obtained)."""
+    (``metrics_source`` says how they were obtained), with what its ranks did at exit."""
     if plan.experiment.workload.program is None:
         return {**measure(cell_dir, plan, player), "metrics_source": "worker"}
-    return cell_metrics(cell_dir, plan.experiment.workload)
+    notes = "; ".join(f"rank {r} {why}" for r, why in sorted(exit_notes.items()))
+    return {**program_metrics(cell_dir, plan, player, finished=not exit_notes),
+            "exit_status": notes or "ok"}
+
+
+def _finished(plan: CellPlan, cell_dir: CellDir):
+    """For a program's cell: which ranks have traced all ``workload.iterations`` iterations
+    (read from their traces as they grow, on this machine); None for the built-in worker."""
+    if plan.experiment.workload.program is None:
+        return None
+    want = plan.experiment.workload.iterations
+    watches = {s.rank: IterationWatch(Path(cell_dir.trace(s.rank))) for s in plan.slots}
+    return lambda: {r for r, w in watches.items() if w.done() >= want}
 
 
 def _drops(shaper: Shaper, before: dict[str, Any] | None = None) -> dict[str, Any]:

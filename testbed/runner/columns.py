@@ -22,13 +22,18 @@ PREDICTED = ["predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_
 FILLER = ["filler_basis", "utilization", "training_utilization", "filler_requests_per_s",
           "filler_tokens_per_s", "filler_overrun_s"]
 # metrics_source: how the measured columns were obtained (testbed.runner.measured);
+# iteration_basis: what iteration_time_s is: span (ranks aligned at iteration starts: the
+# built-in worker), period (a rank's start to its next start: programs; testbed.metrics) or
+# printed (the program's own times, iteration_regex);
+# exit_status: a program's ranks at exit: ok, or what a rank that had finished its iterations
+# did instead (hung and was stopped, or exited non-zero): the measurements stand;
 # wall_time_s: from starting the workers to the last one's exit;
 # network_setup_s, measure_links_s: this cell's time building (or re-shaping) its network and
 # measuring its links (0 when the cell before left both as needed);
 # network: the tag of the network the cell ran on (cells in a row with one topology share it);
 # links_measured_in: the cell/repeat whose link measurement these link columns are (made once
 # per link state and network: testbed.runner.livenet)
-BOOKKEEPING = ["metrics_source", "wall_time_s", "iterations_measured", "delayline_drops",
+BOOKKEEPING = ["metrics_source", "iteration_basis", "exit_status", "wall_time_s", "iterations_measured", "delayline_drops",
                "queue_drops", "network", "links_measured_in", "network_setup_s",
                "measure_links_s", "started_at",
                "duration_s"]
@@ -36,7 +41,11 @@ BOOKKEEPING = ["metrics_source", "wall_time_s", "iterations_measured", "delaylin
 FIDELITY = ["fidelity", "fidelity_unchecked", "compute_overshoot_p50_ms",
             "compute_overshoot_p99_ms", "compute_stretch_pct", "late_starts", "cpu_busy_pct",
             "predicted_gap_pct"]
-BODY = SETTINGS + MEASURED + PREDICTED + FILLER + BOOKKEEPING + FIDELITY
+# a program's control run (testbed.runner.control): its iteration time and bubble over
+# loopback, what the emulated network added to them, its compute stretch, or why it failed
+CONTROL = ["control_iteration_time_s", "control_bubble_ratio", "network_added_s",
+           "network_added_bubble", "compute_vs_control_pct", "control_error"]
+BODY = SETTINGS + MEASURED + PREDICTED + FILLER + CONTROL + BOOKKEEPING + FIDELITY
 LINK_PREFIX = "link_"
 STATUSES = ("ok", "failed", "skipped")
 

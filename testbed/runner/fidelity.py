@@ -52,6 +52,12 @@ AGREEMENT_PCT = 5.0
 # uniform stretch of s % moves the iteration time by at most s %; half the ±5 % budget, the
 # other half left for the network emulation and the simulator's own model.
 COMPUTE_STRETCH_MAX_PCT = AGREEMENT_PCT / 2
+# A program's compute (summed busy time per iteration) may take this much (%) longer in its
+# cell than in its control run over loopback before the row is degraded: a program is
+# measured against its own control run (within 3 % at no added delay), so a compute stretch
+# beyond that is distortion, not the network. A sleep-timed program measured in both agreed
+# within 1 % (benchmarks/bench_program.py).
+CONTROL_STRETCH_MAX_PCT = 3.0
 # One action in a hundred may overshoot (beyond the calibrated overshoot) by less than this
 # share of the median iteration time: a larger one on the critical path alone moves its
 # iteration by the whole ±5 %, and a cell has hundreds of actions per iteration.
@@ -223,6 +229,8 @@ class Signals:
     queue_drops: int | None = None
     measured_s: float | None = None           # median iteration time
     predicted_s: float | None = None
+    compute_vs_control_pct: float | None = None  # a program's compute vs its control run
+    program: bool = False
     why_unknown: dict[str, str] = field(default_factory=dict)  # check → why it has no input
 
     @property
@@ -261,6 +269,14 @@ def _late(s: Signals) -> str | None:
         if iters and late / iters > LATE_START_MAX_SHARE else ""
 
 
+def _control(s: Signals) -> str | None:
+    if s.compute_vs_control_pct is None:
+        return None if s.program else ""  # the built-in worker's compute has its model
+    st = s.compute_vs_control_pct
+    return f"compute {st:+.1f} % over the control run > {CONTROL_STRETCH_MAX_PCT:g} %" \
+        if st > CONTROL_STRETCH_MAX_PCT else ""
+
+
 def _cpu(s: Signals) -> str | None:
     if s.cpu_busy_pct is None:
         return None
@@ -287,7 +303,8 @@ def _gap(s: Signals) -> str | None:
 
 # name → check; the name is what ``fidelity_unchecked`` lists when a check had no input
 CHECKS: dict[str, Check] = {"compute overshoot": _stretch, "compute overshoot tail": _tail,
-                            "late starts": _late, "CPU": _cpu, "delay-line drops": _delayline,
+                            "late starts": _late, "compute vs control run": _control,
+                            "CPU": _cpu, "delay-line drops": _delayline,
                             "measured vs predicted": _gap}
 
 
@@ -328,8 +345,14 @@ def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
     predicted = row.get("predicted_iteration_time_s",
                         plan.prediction.get("predicted_iteration_time_s"))
     s = Signals(delayline_drops=row.get("delayline_drops"), queue_drops=row.get("queue_drops"),
-                measured_s=row.get("iteration_time_s"), predicted_s=predicted)
-    traces = load_traces(cell_dir) if CellDir(cell_dir).traces() else {}
+                measured_s=row.get("iteration_time_s"), predicted_s=predicted,
+                compute_vs_control_pct=row.get("compute_vs_control_pct"),
+                program=plan.experiment.workload.program is not None)
+    if s.program and s.compute_vs_control_pct is None:
+        s.why_unknown["compute vs control run"] = row.get("control_error") or \
+            "no control run (program.control: true) or no compute records"
+    # a program stopped at exit after its last iteration has no end record: take it as is
+    traces = load_traces(cell_dir, finished=False) if CellDir(cell_dir).traces() else {}
     _trace_signals(s, traces, plan)
     if plan.experiment.backend in REMOTE_BACKENDS:
         s.why_unknown["CPU"] = "the workers ran on lab hosts"

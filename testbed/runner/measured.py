@@ -1,12 +1,19 @@
-"""A cell's measured columns and how they were obtained (``metrics_source``).
+"""A program's measured columns and how they were obtained (``metrics_source``).
 
-- ``worker``: the built-in worker's traces (every metric);
 - ``instrumented``: a program using torch.distributed.pipelining, traced from outside
   (``testbed.train.instrument``): every metric, from its stages' compute and P2P waits;
 - ``marked``: a program calling ``testbed.train.instrument.iteration()``: iteration time and
   throughput only (no compute records, so no bubble);
-- ``regex``: ``program.iteration_regex`` over rank 0's output: iteration time and throughput;
+- ``regex``: ``program.iteration_regex`` over the first rank whose output matches it:
+  iteration time and throughput;
 - ``none``: a program with neither: its wall time only, every metric empty (never guessed).
+
+A program's ranks are not aligned at iteration starts (an ordinary training loop lets a
+downstream rank start its next step while upstream ranks still finish theirs), so its
+iteration time is the steady-state period (``iteration_basis`` = ``period``, see
+``testbed.metrics``); the built-in worker's is the span (``worker``, in ``testbed.runner.cell``).
+Traced programs get the same ``iterations.csv`` as the built-in worker, a metric they cannot
+have left empty.
 
 Throughput counts one global batch (microbatches × microbatch_size × dp, × seq_len tokens, as
 the workload states them) per median iteration. ``workload.warmup`` iterations are excluded.
@@ -20,25 +27,39 @@ from typing import Any
 
 from testbed.errors import WorkerError
 from testbed.launch.celldir import CellDir
-from testbed.metrics import load_traces, percentile, per_iteration, summarize
+from testbed.metrics import load_traces, percentile
+from testbed.net.steps import StepPlayer
+from testbed.plan import CellPlan
+from testbed.runner.series import FIXED, ITERATIONS_CSV, PERIOD, measure, write_csv
 from testbed.spec import Workload
 
+# what a program row cannot have without compute records
+NEEDS_COMPUTE = ("bubble_ratio", "bubble_ratio_max", "bubble_ratio_megatron", "exposed_comm_s")
 
-def cell_metrics(cell_dir: Path, w: Workload) -> dict[str, Any]:
-    """The measured columns of a finished cell, with ``metrics_source``; raises WorkerError
-    when its traces (or rank 0's output, for a regex) hold no measured iteration."""
-    d = CellDir(Path(cell_dir))
-    if w.program is None:
-        return {**summarize(per_iteration(load_traces(cell_dir)), w), "metrics_source": "worker"}
+
+def program_metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer,
+                    finished: bool = True) -> dict[str, Any]:
+    """The measured columns of a program's finished cell, with ``metrics_source``; writes
+    iterations.csv where there are iterations. ``finished`` False takes traces of ranks that
+    were stopped at exit as they are. Raises WorkerError when its traces (or output, for a
+    regex) hold no measured iteration."""
+    d, w = CellDir(Path(cell_dir)), plan.experiment.workload
     if d.traces():
-        traces = load_traces(cell_dir)
-        iters = per_iteration(traces)
+        traces = load_traces(cell_dir, finished=finished)
+        out = measure(cell_dir, plan, player, PERIOD, traces)
         if any(r.get("cat") == "compute" for recs in traces.values() for r in recs):
-            return {**summarize(iters, w), "metrics_source": "instrumented"}
-        return {**iteration_metrics([i["span_s"] for i in iters], w), "metrics_source": "marked"}
+            return {**out, "metrics_source": "instrumented"}
+        return {**{k: v for k, v in out.items() if k not in NEEDS_COMPUTE},
+                "metrics_source": "marked"}
     if w.program.iteration_regex:
-        times = regex_times(Path(d.worker_log(0)), w.program.iteration_regex)[w.warmup:]
-        return {**iteration_metrics(times, w), "metrics_source": "regex"}
+        times = regex_times(d, w.program.iteration_regex, len(plan.slots))
+        times = times[w.warmup:]
+        out = iteration_metrics(times, w)
+        write_csv(Path(cell_dir) / ITERATIONS_CSV,
+                  [{**dict.fromkeys(FIXED), "iteration": w.warmup + k, "phase": 0,
+                    "iteration_time_s": round(t, 6), "step_during": 0}
+                   for k, t in enumerate(times)])
+        return {**out, "iteration_basis": "printed", "metrics_source": "regex"}
     return {"metrics_source": "none"}
 
 
@@ -57,14 +78,26 @@ def iteration_metrics(seconds: list[float], w: Workload) -> dict[str, Any]:
     }
 
 
-def regex_times(log: Path, pattern: str) -> list[float]:
+def regex_times(cell_dir: CellDir, pattern: str, world_size: int) -> list[float]:
     """Each match's iteration time in seconds (group ``seconds``, or ``ms`` / 1000) in the
-    order they were printed."""
+    order printed, from the lowest rank whose output matches (programs often print on their
+    last rank); [] when none does."""
+    for rank in range(world_size):
+        times = log_times(Path(cell_dir.worker_log(rank)), pattern)
+        if times:
+            return times
+    return []
+
+
+def log_times(log: Path, pattern: str) -> list[float]:
+    """The iteration times ``pattern`` finds in one rank's output."""
     rx = re.compile(pattern)
     try:
         text = log.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:  # a rank that never started prints nothing
+        return []
     except OSError as e:
-        raise WorkerError(f"cannot read rank 0's output {log}: {e.strerror}") from None
+        raise WorkerError(f"cannot read the program's output {log}: {e.strerror}") from None
     out = []
     for m in rx.finditer(text):
         groups = m.groupdict()

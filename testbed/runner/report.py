@@ -92,7 +92,9 @@ def _axis(df: pd.DataFrame, suffix: str) -> str | None:
 
 
 def _metric_plots(ok: pd.DataFrame, plots: Path) -> list[Path]:
-    out = []
+    """Metric-vs-axis plots; a metric no row has (a program's row without compute records
+    has no bubble) gets no plot."""
+    out: list[Path | None] = []
     group = "schedule" if ok["schedule"].nunique() > 1 else None
     delay = _axis(ok, "delay_ms")
     if delay:
@@ -109,10 +111,12 @@ def _metric_plots(ok: pd.DataFrame, plots: Path) -> list[Path]:
             out.append(_line_plot(ok, rate, metric, group, plots / f"{metric}_vs_rate.png",
                                   f"{label.split(' (')[0].capitalize()} vs inter-DC rate",
                                   "inter-DC rate (Mbit/s)", label))
-    return out
+    return [p for p in out if p is not None]
 
 
-def _line_plot(df, x, y, group, path, title, xlabel, ylabel) -> Path:
+def _line_plot(df, x, y, group, path, title, xlabel, ylabel) -> Path | None:
+    if y not in df or df[y].isna().all():
+        return None
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for name, part in (df.groupby(group) if group else [("all", df)]):
         means = part.groupby(x)[y].mean().sort_index()

@@ -16,7 +16,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from testbed.metrics import iteration_stats, load_traces, per_iteration, summarize
+from testbed.metrics import by_period, iteration_stats, load_traces, per_iteration, summarize
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
 from testbed.plan.phases import PhasePredictor, State, combined, has_steps, links_in_state
@@ -28,11 +28,17 @@ FIXED = ["iteration", "phase", "start_s", "iteration_time_s", "bubble_ratio", "e
          "predicted_iteration_time_s", "step_during"]
 
 
-def measure(cell_dir: Path, plan: CellPlan, player: StepPlayer) -> dict[str, Any]:
-    """The cell's metrics from its traces; writes iterations.csv. Raises WorkerError on bad
-    traces."""
-    iters = per_iteration(load_traces(cell_dir))
-    out = summarize(iters, plan.experiment.workload)
+SPAN, PERIOD = "span", "period"  # the row's iteration_basis (testbed.metrics)
+
+
+def measure(cell_dir: Path, plan: CellPlan, player: StepPlayer, basis: str = SPAN,
+            traces: dict[int, list[dict]] | None = None) -> dict[str, Any]:
+    """The cell's metrics from its traces, iteration time on ``basis``; writes
+    iterations.csv. Raises WorkerError on bad traces."""
+    iters = per_iteration(traces if traces is not None else load_traces(cell_dir))
+    if basis == PERIOD:
+        iters = by_period(iters)
+    out = {**summarize(iters, plan.experiment.workload), "iteration_basis": basis}
     predictor = PhasePredictor(plan)
     rows = iteration_rows(iters, plan, player, predictor)
     write_csv(Path(cell_dir) / ITERATIONS_CSV, rows)
@@ -60,11 +66,11 @@ def iteration_rows(iters: list[dict], plan: CellPlan, player: StepPlayer,
         start = (i["t0_ns"] - player.t0_ns) / 1e9
         state = state_at(plan, player.applied, start)
         phases.setdefault(state, len(phases))
-        stats = iteration_stats(i)
+        stats = iteration_stats(i) if any(i["busy_s"].values()) else {}
         row = {"iteration": i["iter"], "phase": phases[state], "start_s": round(start, 4),
                "iteration_time_s": round(i["span_s"], 6),
-               "bubble_ratio": round(stats["bubble_ratio"], 6),
-               "exposed_comm_s": round(stats["exposed_comm_s"], 6),
+               "bubble_ratio": _rounded(stats.get("bubble_ratio")),
+               "exposed_comm_s": _rounded(stats.get("exposed_comm_s")),
                "predicted_iteration_time_s": predictor(state).get("predicted_iteration_time_s"),
                "step_during": int(any(a["requested_s"] < start + i["span_s"]
                                       and a["applied_s"] > start for a in player.applied)),
@@ -76,6 +82,12 @@ def iteration_rows(iters: list[dict], plan: CellPlan, player: StepPlayer,
                         p + "loss_pct": link.a_to_b.loss_pct})
         rows.append(row)
     return rows
+
+
+def _rounded(v: float | None) -> float | None:
+    """``v`` to 6 places; None (an empty cell: an iteration without compute records has no
+    bubble) stays None."""
+    return None if v is None else round(v, 6)
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -2,9 +2,11 @@
 the cell file is copied where each host sees it, the environment and argv come from
 ``testbed.launch.command``, and each rank's trace comes back into the cell directory.
 
-With ``workload.program`` each rank runs that program instead of the built-in worker: in the
-experiment file's directory where the host sees this machine's files, else in the host's run
-directory, where the files the program names have been copied (and its argv points at them).
+With ``workload.program`` each rank runs that program instead of the built-in worker, with
+torchrun's environment, in a working directory of its own per cell (``rank<R>/`` in the cell
+directory, on a lab host in its run directory): what a program writes stays with its rank and
+cell. The files it names are given by absolute path (on a lab host, copied into that directory
+first) and ``program.files`` appear in it under the names the program uses.
 """
 from __future__ import annotations
 
@@ -38,23 +40,23 @@ class Command:
 def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitStack,
                   pool: RankPool | None = None) -> dict[int, Any]:
     """Start one worker (or the workload's program) per rank of ``plan`` inside its host (the
-    ranks of one host share it and its run directory, into which files are copied once); each
+    ranks of one host share it and its run directory); each
     is stopped when ``stack`` closes (also on failure). Built-in workers on hosts of this
     machine are forked from ``pool`` when given (see testbed.launch.pool). Returns rank →
     process handle; raises WorkerError (before any rank starts) when a host has fewer GPUs
     than ranks."""
     slots = plan.slots
-    jobs = {s.rank: rank_job(net, s, slots, plan.experiment.timeout_s) for s in slots}
+    jobs = {s.rank: rank_job(net, s, slots, plan.experiment.timeout_s,
+                             plan.cell.cell_id) for s in slots}
     copied: set[Node] = set()
     procs: dict[int, Any] = {}
     for slot in slots:
         node = net.host(*slot.host)
         there = CellDir(net.files_dir(node, Path(cell_dir.root)))
-        first = node not in copied  # a second copy could rewrite a file a rank is reading
-        if first:
+        if node not in copied:  # a second copy could rewrite a file a rank is reading
             net.put(node, Path(cell_dir.cell_file), there.cell_file)
             copied.add(node)
-        command = _command(net, node, plan, jobs[slot.rank], cell_dir, there, first)
+        command = _command(net, node, plan, jobs[slot.rank], cell_dir, there)
         if pool is not None and _poolable(net, node, plan, cell_dir, there):
             procs[slot.rank] = _fork(pool, net, node, jobs[slot.rank], cell_dir, there,
                                      command.env, stack)
@@ -64,15 +66,23 @@ def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitSt
     return procs
 
 
-def rank_job(net: Network, slot: Slot, slots: list[Slot], timeout_s: float) -> RankJob:
+def rank_job(net: Network, slot: Slot, slots: list[Slot], timeout_s: float,
+             run_id: str = "none") -> RankJob:
     """What ``slot``'s rank is told: rank 0's host is the master; LOCAL_RANK and
-    LOCAL_WORLD_SIZE from the ranks sharing its host; its GPU where the host has GPUs
-    (``Network.gpu_count``). Raises WorkerError when a host has fewer GPUs than ranks."""
+    LOCAL_WORLD_SIZE from the ranks sharing its host, GROUP_RANK from its host's place among
+    the cell's hosts; how many ranks share its machine (every host with a namespace here
+    shares this one); its GPU where the host has GPUs (``Network.gpu_count``). Raises
+    WorkerError when a host has fewer GPUs than ranks."""
     node, master = net.host(*slot.host), net.host(*slots[0].host)
-    local = local_world_sizes(slots)[slot.host]
+    local = local_world_sizes(slots)
+    here = [s for s in slots if net.netns_file(net.host(*s.host)) is not None]
+    machine = len(here) if net.netns_file(node) is not None else local[slot.host]
     return RankJob(slot.rank, len(slots), str(master.ip), MASTER_PORT, node.iface, timeout_s,
-                   slot.local_rank, local,
-                   cuda_device(node.name, slot.local_rank, local, net.gpu_count(node)))
+                   slot.local_rank, local[slot.host],
+                   cuda_device(node.name, slot.local_rank, local[slot.host],
+                               net.gpu_count(node)),
+                   group_rank=list(local).index(slot.host), group_world_size=len(local),
+                   machine_ranks=machine, run_id=run_id)
 
 
 def _poolable(net: Network, node: Node, plan: CellPlan, here: CellDir, there: CellDir) -> bool:
@@ -92,20 +102,38 @@ def _fork(pool: RankPool, net: Network, node: Node, job: RankJob, here: CellDir,
 
 
 def _command(net: Network, node: Node, plan: CellPlan, job: RankJob, here: CellDir,
-             there: CellDir, copy: bool = True) -> Command:
+             there: CellDir) -> Command:
+    """The built-in worker's command, or the program's: it runs in a working directory of its
+    own per rank and cell (``CellDir.rank_dir``), with the files it names given by absolute
+    path (copied first where the host does not see this machine's files)."""
     w = plan.experiment.workload
     if w.program is None:
         return Command(worker_argv(sys.executable, there.cell_file, there.root), worker_env(job))
     env = program_env(job, w.program.env, there.cell_file, there.root)
+    env["TESTBED_EXPERIMENT_DIR"] = str(w.base_dir)
     argv = program_argv(sys.executable, w.program.argv, there.cell_file, there.root)
+    files = program_files(w.program.argv, w.program.files, w.base_dir)
+    workdir = there.rank_dir(job.rank)
     if there.root == here.root:  # the host sees this machine's files
-        return Command(argv, env, w.base_dir)
-    placed = {}
-    for name, local in program_files(w.program.argv, w.program.files, w.base_dir).items():
-        placed[name] = there.root / local.name
-        if copy:  # the host's first rank copies what its ranks share
-            net.put(node, local, placed[name])
-    return Command(remote_argv(argv, placed), env, there.root)
+        _link_files(Path(workdir), w.program.files, w.base_dir)
+        return Command(remote_argv(argv, {n: p.resolve() for n, p in files.items()}), env,
+                       workdir)
+    net.run(node, ["mkdir", "-p", str(workdir)])
+    placed = {name: workdir / name for name in files}
+    for name, local in files.items():  # each rank its own copy, in its own directory
+        net.put(node, local, placed[name])
+    return Command(remote_argv(argv, placed), env, workdir)
+
+
+def _link_files(workdir: Path, names: list[str], base_dir: Path) -> None:
+    """Make ``workdir`` and link each of ``program.files`` into it under the name the program
+    uses, so it finds them as it did in the experiment file's directory."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        link = workdir / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to((base_dir / name).resolve())
 
 
 def _start(net: Network, node: Node, job: RankJob, command: Command, here: CellDir,

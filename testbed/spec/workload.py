@@ -120,8 +120,16 @@ class Program(Strict):
                              description="files (relative to the experiment file) copied to "
                                          "remote hosts besides those argv names")
     iteration_regex: str | None = Field(
-        None, description="a regex over rank 0's output matching once per iteration, with a "
-                          "named group 'seconds' or 'ms' giving that iteration's time")
+        None, description="a regex matching once per iteration in the output of the first "
+                          "rank that prints it, with a named group 'seconds' or 'ms' giving "
+                          "that iteration's time")
+    control: bool = Field(
+        False, description="first run the program once per distinct workload over loopback "
+                           "on this machine, as torchrun --nproc_per_node would, with no "
+                           "emulated network: each row then gives the program's own "
+                           "iteration time and bubble there, what the emulated network "
+                           "added, and how much its compute stretched (degraded beyond the "
+                           "fidelity threshold)")
 
     @field_validator("iteration_regex")
     @classmethod

@@ -82,7 +82,7 @@ def _leftovers(marker: str) -> list[str]:
 
 def test_failing_programs_fail_their_cell_and_the_sweep_goes_on(tmp_path):
     marker = f"tbmark-{tmp_path.name}"
-    modes = ["exit", "hang", "nojoin", "marked", "plain"]
+    modes = ["exit", "hang", "nojoin", "marked", "plain", "exithang", "exitcrash"]
     cells = [_cell(m, marker) for m in modes]
     cells.append(_cell("printed", marker, r"took (?P<ms>[0-9.]+) ms"))
     timeouts = [HANG_TIMEOUT_S if m in ("hang", "nojoin") else TIMEOUT_S for m in modes]
@@ -91,21 +91,31 @@ def test_failing_programs_fail_their_cell_and_the_sweep_goes_on(tmp_path):
                                    timeouts=", ".join(map(str, timeouts + [TIMEOUT_S])),
                                    cells="\n".join(cells)), encoding="utf-8")
     rows, run = _run(exp, tmp_path / "results")
-    assert list(rows["status"]) == ["failed"] * 3 + ["ok"] * 3, rows[["status", "error"]]
+    assert list(rows["status"]) == ["failed"] * 3 + ["ok"] * 5, rows[["status", "error"]]
     assert re.search(r"rank 2 exited with 3", rows["error"][0]), rows["error"][0]
     assert "timed out" in rows["error"][1] and "timed out" in rows["error"][2]
     assert rows["duration_s"][0] < TIMEOUT_S + CELL_OVERHEAD_S
     assert all(rows["duration_s"][1:3] < HANG_TIMEOUT_S + CELL_OVERHEAD_S)
-    marked, plain, printed = rows.iloc[3], rows.iloc[4], rows.iloc[5]
-    assert marked["metrics_source"] == "marked" and marked["iterations_measured"] == 3
+    marked, plain, printed = rows.iloc[3], rows.iloc[4], rows.iloc[7]
+    # 3 measured iterations; the period of the last one is unknown (no next start)
+    assert marked["metrics_source"] == "marked" and marked["iterations_measured"] == 2
+    assert marked["exit_status"] == "ok"
     assert marked["iteration_time_s"] >= 0.05 and pd.isna(marked.get("bubble_ratio"))
     assert printed["metrics_source"] == "regex" and printed["iterations_measured"] == 3
     assert printed["iteration_time_s"] >= 0.05 and pd.isna(printed.get("bubble_ratio"))
     assert plain["metrics_source"] == "none" and plain["wall_time_s"] > 0
+    # programs that finished their iterations and then hang or fail at exit keep them,
+    # and the row says what happened (the hang is stopped long before the cell's timeout)
+    hung, crashed = rows.iloc[5], rows.iloc[6]
+    assert hung["exit_status"].startswith("rank 1 hung at exit"), hung["exit_status"]
+    assert crashed["exit_status"] == "rank 2 exited with 4 after its last iteration"
+    for r in (hung, crashed):
+        assert r["iterations_measured"] == 2 and r["iteration_time_s"] >= 0.05
+    assert hung["wall_time_s"] < TIMEOUT_S  # stopped after the exit grace, not the timeout
     assert pd.isna(plain.get("iteration_time_s")) and pd.isna(plain.get("bubble_ratio"))
     assert _leftovers(marker) == []
     tags = set(re.findall(r"tag (tb[0-9a-f]+)\)", (run / "run.log").read_text()))
-    # a failed cell's network is torn down and the next cell gets a fresh one; the three ok
+    # a failed cell's network is torn down and the next cell gets a fresh one; the five ok
     # cells (one topology) share one; each network torn down:
     assert len(tags) == 4
     assert not [n for n in ledgers.tagged_namespaces() if ledgers.tag_of(n) in tags]

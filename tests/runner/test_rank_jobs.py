@@ -8,6 +8,7 @@ placement, the jobs and the environments are the real ones.
 from __future__ import annotations
 
 import ipaddress
+from pathlib import PurePosixPath
 
 import pytest
 
@@ -24,12 +25,16 @@ TOPO = Topology(name="t", dcs=[{"name": "dc1", "hosts": 1}, {"name": "dc2", "hos
 
 class FakeGpuNetwork(Network):
     """A network whose hosts report ``gpus`` GPUs each: the one thing faked, since this
-    machine has none."""
+    machine has none. Its hosts are namespaces of this machine (``netns_file``), as the netns
+    backend's are; no namespace is made, since nothing is started."""
 
     gpus: int = 0
 
     def gpu_count(self, node: Node) -> int:
         return self.gpus
+
+    def netns_file(self, node: Node) -> str | None:
+        return f"/run/netns/{node.ns}"
 
 
 def _net(gpus: int) -> Network:
@@ -73,3 +78,23 @@ def test_gpus_are_counted_from_numbered_device_files(tmp_path):
     assert local_gpu_count(str(tmp_path / "nvidia[0-9]*")) == 3
     assert local_gpu_count(str(tmp_path / "none[0-9]*")) == 0
     assert GPU_DEVICES == "/dev/nvidia[0-9]*"
+
+
+def test_ranks_get_torchruns_node_variables_and_one_thread_on_a_shared_machine():
+    envs = _envs(_net(gpus=0))
+    assert [(e["GROUP_RANK"], e["GROUP_WORLD_SIZE"], e["ROLE_RANK"]) for e in envs] == [
+        ("0", "2", "0"), ("0", "2", "1"), ("1", "2", "2"), ("1", "2", "3")]
+    # four ranks share this machine's cores, as under torchrun --nproc_per_node 4
+    assert {e["OMP_NUM_THREADS"] for e in envs} == {"1"}
+    assert {e["TORCHELASTIC_RUN_ID"] for e in envs} == {"none"}
+
+
+def test_a_programs_own_env_wins_over_torchruns_defaults_but_not_its_identity():
+    from testbed.launch.command import program_env
+    slots = in_order(TOPO, pp=2, dp=1)
+    job = rank_job(_net(gpus=0), slots[1], slots, 60, "c0ffee")
+    env = program_env(job, {"OMP_NUM_THREADS": "4", "RANK": "7"}, PurePosixPath("/c/cell.json"),
+                      PurePosixPath("/c"))
+    assert env["OMP_NUM_THREADS"] == "4" and env["RANK"] == "1"
+    assert env["TORCHELASTIC_ERROR_FILE"] == "/c/error-rank1.json"
+    assert env["TORCHELASTIC_RUN_ID"] == "c0ffee"

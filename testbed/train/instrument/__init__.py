@@ -24,16 +24,21 @@ instance the program imports too.
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
 from typing import Callable
 
-import torch
-from torch.distributed.pipelining import schedules as S
-from torch.distributed.pipelining.stage import _PipelineStageBase
+# the environment as the launcher gave it, before torch is imported (torch sets variables of
+# its own, e.g. TORCHINDUCTOR_CACHE_DIR): the program starts with this one, as under torchrun
+ENV_AT_START = dict(os.environ)
 
-from testbed.train.trace import Tracer
+import torch  # noqa: E402
+from torch.distributed.pipelining import schedules as S  # noqa: E402
+from torch.distributed.pipelining.stage import _PipelineStageBase  # noqa: E402
+
+from testbed.train.trace import Tracer  # noqa: E402
 
 _ACTIVE: "Instrument | None" = None
 

@@ -4,15 +4,18 @@ package's docstring). Exit status: the program's; 2 when the cell file cannot be
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import os
 import runpy
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
 
 from testbed.launch.cellfile import CellFile, CellFileError
-from testbed.train.instrument import Instrument, install
+from testbed.train.instrument import ENV_AT_START, Instrument, install
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -31,7 +34,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _run(program: list[str]) -> None:
-    """Run ``program`` as ``python PROGRAM…`` would: sys.argv, sys.path[0], __main__."""
+    """Run ``program`` as ``python PROGRAM…`` would: sys.argv, sys.path[0], __main__, and the
+    environment it was started with."""
+    for key in set(os.environ) - set(ENV_AT_START):
+        del os.environ[key]
+    os.environ.update(ENV_AT_START)
     if program[0] == "-m":
         sys.argv = program[1:]
         runpy.run_module(program[1], run_name="__main__", alter_sys=True)
@@ -56,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _finish(ins: Instrument, program: list[str]) -> int:
-    """Run the program; the trace ends ok on exit status 0, else with the error. A failed
-    program's process ends at once (``os._exit``): torch's shutdown with a process group left
-    open can hang forever, and the runner names the rank that failed first by who exits."""
+    """Run the program; the trace ends ok on exit status 0, else with the error. Either way
+    the process then ends here (``_leave``), not in the interpreter's shutdown: torch's
+    shutdown with a process group left open can hang forever (objects the program left for
+    the final garbage collection join gloo threads that wait for the GIL), and the runner
+    names the rank that failed first by who exits."""
     try:
         _run(program)
         status: Any = 0
@@ -72,10 +81,25 @@ def _finish(ins: Instrument, program: list[str]) -> int:
         print(status, file=sys.stderr)
     if code == 0:
         ins.end("ok", None)
-        return 0
+        _leave(0, clean=True)
     why = f"{type(status).__name__}: {status}" if isinstance(status, BaseException) \
         else f"exit status {code}"
     ins.end("error", why)
+    _leave(code, clean=False)
+
+
+def _leave(code: int, clean: bool) -> None:
+    """End the process with ``code``. After a clean finish first do what the interpreter's
+    shutdown would do for the program while the interpreter is still whole: wait for its
+    non-daemon threads, free what it left behind (closing its files), run its atexit
+    functions; then flush and ``os._exit``."""
+    if clean:
+        main = threading.main_thread()
+        for t in threading.enumerate():
+            if t is not main and not t.daemon:
+                t.join()
+        gc.collect()
+        atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -6,12 +6,15 @@ marker that every process it starts carries, so the test can find leftovers):
 - nojoin: rank 1 never joins the process group;
 - marked: four 50 ms iterations, each reported with testbed's one-line call;
 - printed: four 50 ms iterations, rank 0 prints each one's time (for iteration_regex);
-- plain: four 50 ms iterations, reported nowhere.
+- plain: four 50 ms iterations, reported nowhere;
+- exithang: four marked iterations, then rank 1 hangs at exit (a thread that never ends);
+- exitcrash: four marked iterations, then rank 2 exits with status 4.
 """
 import datetime
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import torch.distributed as dist
@@ -31,8 +34,12 @@ for it in range(4):
     t0 = time.monotonic()
     time.sleep(0.05)
     dist.barrier()
-    if mode == "marked":
+    if mode in ("marked", "exithang", "exitcrash"):
         from testbed.train.instrument import iteration; iteration()  # noqa: E702
     if rank == 0 and mode == "printed":
         print(f"iteration {it} took {(time.monotonic() - t0) * 1000:.3f} ms", flush=True)
 dist.destroy_process_group()
+if mode == "exithang" and rank == 1:
+    threading.Thread(target=time.sleep, args=(3600,)).start()  # non-daemon: exit waits for it
+if mode == "exitcrash" and rank == 2:
+    sys.exit(4)

@@ -1,0 +1,118 @@
+"""A user's program measured right, whatever way it is written: the row's iteration time is
+within 3 % of the program's own steady-state step time and its bubble within 2 points of the
+bubble computed from the program's own per-rank compute records over the same period.
+
+The programs (tests/runner/programs/user_*.py) are plain torch.distributed scripts written
+without testbed in mind, each printing its own per-step start, duration and compute:
+GPipe without a barrier (ranks drift apart), 1F1B with a barrier, interleaved 1F1B (two
+stages per rank), DDP with no pipelining (``iteration()`` marks), and DDP reporting only in
+its output (``iteration_regex``). Root (namespaces), torch (real processes)."""
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow,
+              pytest.mark.timeout(900)]
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = Path(__file__).parent / "programs"
+# the issue's targets: iteration time within 3 % of the program's own, bubble within 2 points
+ITERATION_REL, BUBBLE_PP = 0.03, 0.02
+STEPS, WARMUP = 7, 2
+LINE = re.compile(r"step (\d+) start ([0-9.]+) time ([0-9.]+) compute ([0-9.]+)")
+
+PIPE = f"[python, {PROGRAMS}/user_pipeline.py, --steps, '{STEPS}'"
+DDP = f"[python, {PROGRAMS}/user_ddp.py, --steps, '{STEPS}'"
+STYLES = {  # name → (pp, dp, program)
+    "gpipe": (4, 1, f"{{argv: {PIPE}, --schedule, gpipe]}}"),
+    "1f1b-barrier": (4, 1, f"{{argv: {PIPE}, --schedule, 1f1b, --barrier]}}"),
+    "interleaved": (4, 1, f"{{argv: {PIPE}, --schedule, interleaved]}}"),
+    "ddp-marked": (1, 4, f"{{argv: {DDP}, --mark]}}"),
+    "ddp-printed": (1, 4, f"{{argv: {DDP}], iteration_regex: 'time (?P<seconds>[0-9.]+)'}}"),
+}
+EXP = """name: styles
+backend: netns
+topology: {root}/topologies/two-dc.yaml
+links:
+  inter_dc: {{delay_ms: 5, rate_mbit: 1000}}
+measure_links: false
+timeout_s: 120
+workload:
+  parallel: {{pp: 4, dp: 1}}
+  microbatches: 8
+  iterations: {steps}
+  warmup: {warmup}
+  program: {{argv: [python, x.py]}}
+matrix:
+  zip:
+    - workload.parallel.pp: [{pps}]
+      workload.parallel.dp: [{dps}]
+      workload.program:
+{programs}
+"""
+
+
+def _own(cell: Path, ranks: int) -> tuple[float, float]:
+    """The program's own steady-state step time (median over ranks and measured steps) and
+    bubble (per rank and measured step with a next: 1 − compute / start-to-next-start)."""
+    times, bubbles = [], []
+    for r in range(ranks):
+        steps = {int(m[1]): (float(m[2]), float(m[3]), float(m[4]))
+                 for m in LINE.finditer((cell / f"worker-rank{r}.log").read_text())}
+        assert sorted(steps) == list(range(STEPS)), steps
+        for k in range(WARMUP, STEPS):
+            times.append(steps[k][1])
+            if k + 1 < STEPS:
+                bubbles.append(1 - steps[k][2] / (steps[k + 1][0] - steps[k][0]))
+    return statistics.median(times), statistics.fmean(bubbles)
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory) -> pd.DataFrame:
+    tmp = tmp_path_factory.mktemp("styles")
+    exp = tmp / "styles.yaml"
+    exp.write_text(EXP.format(
+        root=ROOT, steps=STEPS, warmup=WARMUP,
+        pps=", ".join(str(s[0]) for s in STYLES.values()),
+        dps=", ".join(str(s[1]) for s in STYLES.values()),
+        programs="\n".join(f"        - {s[2]}" for s in STYLES.values())), encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "testbed", "run", str(exp), "--results",
+                        str(tmp / "res"), "--quiet"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=800)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (run,) = (tmp / "res" / "styles").iterdir()
+    df = pd.read_csv(run / "results.csv")
+    df["cell"] = [run / "cells" / c for c in df["cell_id"]]
+    df.index = list(STYLES)
+    return df
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+def test_the_rows_iteration_time_is_the_programs_own(rows, style):
+    row = rows.loc[style]
+    own_time, _ = _own(row["cell"], 4)
+    assert row["iteration_time_s"] == pytest.approx(own_time, rel=ITERATION_REL), \
+        (row["iteration_time_s"], own_time)
+    expect = {"ddp-printed": "printed"}.get(style, "period")
+    assert row["iteration_basis"] == expect and row["exit_status"] == "ok"
+    assert (row["cell"] / "iterations.csv").is_file()
+
+
+@pytest.mark.parametrize("style", ["gpipe", "1f1b-barrier", "interleaved"])
+def test_the_rows_bubble_is_the_programs_own(rows, style):
+    row = rows.loc[style]
+    _, own_bubble = _own(row["cell"], 4)
+    assert row["bubble_ratio"] == pytest.approx(own_bubble, abs=BUBBLE_PP), \
+        (row["bubble_ratio"], own_bubble)
+
+
+def test_a_program_without_compute_records_has_no_bubble_and_the_report_still_plots(rows):
+    assert rows.loc[["ddp-marked", "ddp-printed"], "bubble_ratio"].isna().all()
+    run = rows.iloc[0]["cell"].parents[1]
+    assert (run / "summary.md").is_file()
