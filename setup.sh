@@ -24,6 +24,8 @@ apt_packages=(
   ethtool         # offload settings on veths
   procps kmod     # ps, sysctl; modprobe where modules exist
   python3 python3-venv python3-dev gcc
+  python-is-python3 # a `python` command: the design card's `sudo python -m testbed run exp.yaml`
+                    # (testbed/__main__.py hands it to .venv, where the dependencies are)
 )
 
 log() { printf '[setup] %s\n' "$*"; }

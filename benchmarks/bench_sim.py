@@ -4,7 +4,7 @@ emulated compute), iteration time and bubble measured from the traces and predic
 
     .venv/bin/python benchmarks/bench_sim.py              # the comparison table (~3 min)
     .venv/bin/python benchmarks/bench_sim.py --calibrate  # the constants of testbed.sim.calibration
-    .venv/bin/python benchmarks/bench_sim.py --recorded   # vs the README's quickstart run
+    .venv/bin/python benchmarks/bench_sim.py --recorded   # vs the quickstart run in docs/quickstart.md
                                                           # (shaped inter-DC link, delay line)
 
 No root. The machine's other work adds noise: the measured value is the median over the

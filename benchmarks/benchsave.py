@@ -1,7 +1,7 @@
 """``--save`` for every benchmark: what the benchmark prints is kept in
 ``results/benchmarks/<name>.md`` (headed by the command that wrote it, when and where) and its
-table rows in ``results/benchmarks/<name>.csv``, so that every figure the README quotes has a
-committed file and a command behind it.
+table rows in ``results/benchmarks/<name>.csv``, so that every figure the README and docs/ quote has
+a committed file and a command behind it.
 
     with saved("bench_x", args.save) as out:
         ...print the tables...

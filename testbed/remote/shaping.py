@@ -16,7 +16,7 @@ fq_codel, fq…): anything else is someone's shaping and is left alone (the cell
 how to remove it). Removal deletes the root qdisc, which gives the NIC its default back.
 A host without sch_netem gets rate-only shaping; asking it for delay fails before anything is
 applied. Each host's NIC is its own bottleneck: with several hosts per DC, a link's rate is per
-host pair, not shared by the DC as on the emulated router (see README).
+host pair, not shared by the DC as on the emulated router (see docs/howto/lab.md).
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ class LinkOverrides(Strict):
 
 
 class Remote(Strict):
-    """Lab hosts for ``backend: remote`` (see README, "Real lab clusters")."""
+    """Lab hosts for ``backend: remote`` (see docs/howto/lab.md)."""
 
     inventory: str = Field(description="Ansible INI inventory, one group per DC (path relative "
                                        "to this file)")

@@ -132,7 +132,7 @@ def _join(rank: int, world: int) -> None:
     torch.set_num_threads(1)  # ranks share a few cores; threads would only fight
     timeout = float(os.environ.get("TESTBED_TIMEOUT_S", DEFAULT_TIMEOUT_S))
     # gloo carries CPU tensors; with CUDA present NCCL is registered for CUDA tensors too
-    # (this project's tensors stay on the CPU: GPU placement is not built, see the README)
+    # (this project's tensors stay on the CPU: GPU placement is not built, see docs/howto/gpus.md)
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))

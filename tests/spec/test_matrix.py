@@ -84,7 +84,7 @@ def test_link_overrides_merge_over_topology(tmp_path):
 
 
 def test_published_quickstart_cell_ids_do_not_change():
-    # The README and results/quickstart-example quote these ids, and `run --resume` matches
+    # docs/quickstart.md and results/quickstart-example quote these ids, and `run --resume` matches
     # finished cells by id: a new field with a default must not change them.
     root = Path(__file__).resolve().parents[2]
     le = load_experiment(root / "experiments" / "quickstart.yaml")
