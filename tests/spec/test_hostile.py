@@ -182,7 +182,9 @@ def test_a_single_alias_is_refused_too():
 @pytest.mark.parametrize("text,message", [
     ("seed: 9223372036854775808\n", "1:7 cannot read this value: integers must fit in 64 bits "
                                      "(this one has 64)"),
-    ("seed: 2000-13-45\n", "1:7 cannot read this value: month must be in 1..12")])
+    # YAML 1.2 has no implicit dates (2000-13-45 is a string): only a tagged one is read
+    ("seed: !!timestamp 2000-13-45\n", "1:7 cannot read this value: month must be in 1..12"),
+    ("seed: !!int yes\n", "1:7 cannot read this value: 'yes' is not an integer")])
 def test_values_python_cannot_construct_are_reported_at_their_position(text, message):
     with pytest.raises(SpecError) as e:
         parse_yaml(text, "f.yaml")
