@@ -11,6 +11,7 @@ Layout (``results/<experiment>/<run-id>/``)::
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
@@ -22,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.errors import Problem, SpecError
+from testbed.errors import Problem, SpecError, StorageError, writing
 from testbed.runner import columns
 
 
@@ -33,18 +34,38 @@ def new_run_id() -> str:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old or the new file, never a torn one."""
+    """Write ``data`` to ``path`` so readers see the old or the new file, never a torn one.
+
+    Raises StorageError (naming ``path``) when it cannot be written, e.g. on a full disk: the
+    old file is then as it was and the temporary file is removed."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        with writing(path):
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+    except StorageError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # never made (a read-only directory): nothing to remove
+        raise
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+    """Write a matplotlib figure as a PNG, atomically (a full disk leaves no half image);
+    raises StorageError when it cannot be written."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    atomic_write(path, buf.getvalue())
+    return path
 
 
 @dataclass
@@ -58,11 +79,14 @@ class RunStore:
 
     @classmethod
     def create(cls, results_root: Path, experiment_name: str, source: Path) -> "RunStore":
-        """Make ``results_root/<experiment>/<new run id>/`` and copy the experiment file in."""
+        """Make ``results_root/<experiment>/<new run id>/`` and copy the experiment file in;
+        raises StorageError when it cannot."""
         run_id = new_run_id()
         root = Path(results_root) / experiment_name / run_id
-        (root / "cells").mkdir(parents=True)
-        shutil.copyfile(source, root / "experiment.yaml")
+        with writing(root, "create"):
+            (root / "cells").mkdir(parents=True)
+        with writing(root / "experiment.yaml"):
+            shutil.copyfile(source, root / "experiment.yaml")
         return cls(root, experiment_name, run_id, [])
 
     @classmethod
@@ -87,7 +111,8 @@ class RunStore:
     def cell_dir(self, cell_id: str, repeat: int) -> Path:
         """The directory for one cell × repeat (created)."""
         d = cell_path(self.root, cell_id, repeat)
-        d.mkdir(parents=True, exist_ok=True)
+        with writing(d, "create"):
+            d.mkdir(parents=True, exist_ok=True)
         return d
 
     def finished(self) -> set[tuple[str, int]]:
@@ -110,7 +135,6 @@ class RunStore:
         df = self.frame()
         atomic_write(self.csv_path, df.to_csv(index=False).encode())
         try:
-            import io
             buf = io.BytesIO()
             df.astype({c: "string" for c in df.columns if df[c].dtype == object}).to_parquet(buf)
             atomic_write(self.root / "results.parquet", buf.getvalue())
