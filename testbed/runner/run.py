@@ -161,6 +161,8 @@ def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int,
     except StorageError as e:  # the network is down (the runner's exit); rows so far kept
         raise e.with_hint(f"{store.csv_path} keeps the rows written before; continue with "
                           f"--resume {store.root}") from e
+    finally:  # under sudo: run.log, net/ files and cells of a stopped sweep are the user's too
+        store.hand_over()
     failed = [r for r in store.rows if r.get("status") != "ok"]
     return (EXIT_CELLS_FAILED if failed else EXIT_OK), store
 

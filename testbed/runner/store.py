@@ -17,7 +17,7 @@ import os
 import secrets
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import pandas as pd
 
 from testbed.errors import Problem, SpecError, StorageError, writing
 from testbed.runner import columns
+from testbed.runner.owner import Owner, missing_dirs
 
 
 
@@ -70,12 +71,16 @@ def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
 
 @dataclass
 class RunStore:
-    """One run directory: rows in memory mirrored to results.csv after every change."""
+    """One run directory: rows in memory mirrored to results.csv after every change. Under
+    sudo, what it writes is given to the user who ran sudo (``owner``, see
+    ``testbed.runner.owner``): the table and each row's cell directory as they are written,
+    the rest by ``hand_over``."""
 
     root: Path
     experiment: str
     run_id: str
     rows: list[dict[str, Any]]
+    owner: Owner | None = field(default_factory=Owner.from_sudo)
 
     @classmethod
     def create(cls, results_root: Path, experiment_name: str, source: Path) -> "RunStore":
@@ -83,11 +88,16 @@ class RunStore:
         raises StorageError when it cannot."""
         run_id = new_run_id()
         root = Path(results_root) / experiment_name / run_id
+        made = missing_dirs(root)
         with writing(root, "create"):
             (root / "cells").mkdir(parents=True)
         with writing(root / "experiment.yaml"):
             shutil.copyfile(source, root / "experiment.yaml")
-        return cls(root, experiment_name, run_id, [])
+        store = cls(root, experiment_name, run_id, [])
+        for d in made:  # the parents this run made are the user's too, not those that were
+            store.hand_over(d, recursive=False)
+        store.hand_over()
+        return store
 
     @classmethod
     def open(cls, run_dir: Path) -> "RunStore":
@@ -124,6 +134,7 @@ class RunStore:
         key = (row["cell_id"], int(row["repeat"]))
         self.rows = [r for r in self.rows if (r["cell_id"], int(r["repeat"])) != key] + [row]
         self.write()
+        self.hand_over(cell_path(self.root, *key))
 
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame with the contract's column order."""
@@ -134,15 +145,24 @@ class RunStore:
         """Write results.csv (and results.parquet when possible), each atomically."""
         df = self.frame()
         atomic_write(self.csv_path, df.to_csv(index=False).encode())
+        self.hand_over(self.csv_path)
         try:
             buf = io.BytesIO()
             df.astype({c: "string" for c in df.columns if df[c].dtype == object}).to_parquet(buf)
             atomic_write(self.root / "results.parquet", buf.getvalue())
+            self.hand_over(self.root / "results.parquet")
         except ImportError:
             pass
 
     def write_json(self, name: str, data: Any) -> None:
         atomic_write(self.root / name, json.dumps(data, indent=2, default=str).encode())
+        self.hand_over(self.root / name)
+
+    def hand_over(self, path: Path | None = None, recursive: bool = True) -> None:
+        """Under sudo, give ``path`` (default: the whole run directory) and, when
+        ``recursive``, everything beneath it to the user who ran sudo; else nothing."""
+        if self.owner is not None:
+            self.owner.give(self.root if path is None else path, recursive)
 
 
 def cell_path(run_dir: Path, cell_id: str, repeat: int) -> Path:
