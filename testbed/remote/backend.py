@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 from typing import IO
 
-from testbed.errors import MachineError, ShapingError
+from testbed.errors import MachineError, ShapingError, writing
 from testbed.launch.supervise import STOP_GRACE_S
 from testbed.net.backends.base import Backend
 from testbed.net.network import RUN_TIMEOUT_S, Network, Node
@@ -135,7 +135,8 @@ class RemoteNetwork(Network):
             if there.suffix == TRACE_SUFFIX:
                 text = align_trace(text, off.monotonic_offset_ns if off else 0,
                                    off.uncertainty_ns if off else 0)
-            Path(here).write_text(text, encoding="utf-8")
+            with writing(here):
+                Path(here).write_text(text, encoding="utf-8")
 
 
 class RemoteBackend(Backend):
@@ -268,12 +269,13 @@ def bring_up(backend: RemoteBackend, topology: Topology, links: list[ResolvedLin
     lab = backend.lab
     net = backend.build(topology, links, Ledger(new_tag()))
     stack.callback(net.teardown)
-    record_dir.mkdir(parents=True, exist_ok=True)
-    (record_dir / "lab.json").write_text(json.dumps(
-        {"versions": lab.versions, "clocks": lab.clock_report(), "netem": lab.netem,
-         "gpus": lab.gpus,
-         "hosts": {n.name: {"dc": n.dc, "addr": str(lab.host(n.name).addr),
-                            "iface": n.iface} for n in net.hosts.values()}}, indent=2))
+    with writing(record_dir / "lab.json"):
+        record_dir.mkdir(parents=True, exist_ok=True)
+        (record_dir / "lab.json").write_text(json.dumps(
+            {"versions": lab.versions, "clocks": lab.clock_report(), "netem": lab.netem,
+             "gpus": lab.gpus,
+             "hosts": {n.name: {"dc": n.dc, "addr": str(lab.host(n.name).addr),
+                                "iface": n.iface} for n in net.hosts.values()}}, indent=2))
     sh = RemoteShaper(lab, shaping_plan(net), name=shaper, lab_links=links)
     stack.callback(sh.stop)
     sh.apply()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from testbed.errors import WorkerError
+from testbed.errors import WorkerError, writing
 from testbed.launch.celldir import CellDir
 from testbed.launch.cellfile import Slot, local_world_sizes
 from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, RankJob, cuda_device,
@@ -138,7 +138,8 @@ def _link_files(workdir: Path, names: list[str], base_dir: Path) -> None:
 
 def _start(net: Network, node: Node, job: RankJob, command: Command, here: CellDir,
            there: CellDir, stack: ExitStack) -> Any:
-    log = open(here.worker_log(job.rank), "wb")
+    with writing(here.worker_log(job.rank), "create"):
+        log = open(here.worker_log(job.rank), "wb")
     stack.callback(log.close)
     try:
         proc = net.start(node, command.argv, command.env, log,
