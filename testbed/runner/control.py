@@ -27,7 +27,8 @@ from typing import Any
 from testbed.errors import StorageError, TestbedError, writing
 from testbed.launch.celldir import CellDir
 from testbed.launch.loopback import run_program_local
-from testbed.metrics import by_period, load_traces, per_iteration, summarize
+from testbed.metrics import (by_period, iterations_from_optimizer, load_traces, per_iteration,
+                             summarize)
 from testbed.plan import CellPlan
 from testbed.runner.store import atomic_write
 from testbed.runner.tracewatch import IterationWatch
@@ -89,7 +90,10 @@ def _run_one(w: Workload, d: Path, timeout_s: float) -> dict[str, Any]:
 def control_metrics(d: Path, w: Workload, finished: bool = True) -> dict[str, Any]:
     """Iteration time, bubble and median busy time of a control run's traces (period basis).
     Raises WorkerError on bad traces."""
-    iters = by_period(per_iteration(load_traces(d, finished=finished)))
+    traces = load_traces(d, finished=finished)
+    if not any(r.get("type") == "iter" for recs in traces.values() for r in recs):
+        traces = iterations_from_optimizer(traces, w.warmup)  # as the cell's (readout)
+    iters = by_period(per_iteration(traces))
     got, busy = summarize(iters, w), busy_per_iteration(iters)
     return {"iteration_time_s": got["iteration_time_s"],
             "bubble_ratio": None if busy is None else got["bubble_ratio"], "busy_s": busy}

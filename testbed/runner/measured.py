@@ -4,6 +4,8 @@
   (``testbed.train.instrument``): every metric, from its stages' compute and P2P waits;
 - ``marked``: a program calling ``testbed.train.instrument.iteration()``: iteration time and
   throughput only (no compute records, so no bubble);
+- ``optimizer``: a program that does neither: its optimizer steps (any ``torch.optim``
+  optimizer, seen through torch's global step hook) end its iterations; time and throughput;
 - ``regex``: ``program.iteration_regex`` over the first rank whose output matches it:
   iteration time and throughput;
 - ``none``: a program with neither: its wall time only, every metric empty (never guessed).
@@ -27,7 +29,7 @@ from typing import Any
 
 from testbed.errors import WorkerError
 from testbed.launch.celldir import CellDir
-from testbed.metrics import load_traces, percentile
+from testbed.metrics import iterations_from_optimizer, load_traces, percentile
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
 from testbed.runner.series import FIXED, ITERATIONS_CSV, PERIOD, measure, write_csv
@@ -44,23 +46,46 @@ def program_metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer,
     were stopped at exit as they are. Raises WorkerError when its traces (or output, for a
     regex) hold no measured iteration."""
     d, w = CellDir(Path(cell_dir)), plan.experiment.workload
-    if d.traces():
-        traces = load_traces(cell_dir, finished=finished)
-        out = measure(cell_dir, plan, player, PERIOD, traces)
-        if any(r.get("cat") == "compute" for recs in traces.values() for r in recs):
-            return {**out, "metrics_source": "instrumented"}
-        return {**{k: v for k, v in out.items() if k not in NEEDS_COMPUTE},
-                "metrics_source": "marked"}
+    traces = load_traces(cell_dir, finished=finished) if d.traces() else {}
+    if _has(traces, "iter"):
+        return _traced(cell_dir, plan, player, traces, "marked")
     if w.program.iteration_regex:
-        times = regex_times(d, w.program.iteration_regex, len(plan.slots))
-        times = times[w.warmup:]
-        out = iteration_metrics(times, w)
-        write_csv(Path(cell_dir) / ITERATIONS_CSV,
-                  [{**dict.fromkeys(FIXED), "iteration": w.warmup + k, "phase": 0,
-                    "iteration_time_s": round(t, 6), "step_during": 0}
-                   for k, t in enumerate(times)])
-        return {**out, "iteration_basis": "printed", "metrics_source": "regex"}
+        return _printed(d, plan)
+    if _has(traces, "opt"):
+        return _traced(cell_dir, plan, player, iterations_from_optimizer(traces, w.warmup),
+                       "optimizer")
     return {"metrics_source": "none"}
+
+
+def _traced(cell_dir: Path, plan: CellPlan, player: StepPlayer,
+            traces: dict[int, list[dict]], without_compute: str) -> dict[str, Any]:
+    """Metrics from traces with iteration records: every metric where they have compute
+    records (``instrumented``), else iteration time and throughput (``without_compute``)."""
+    out = measure(cell_dir, plan, player, PERIOD, traces)
+    if _has_compute(traces):
+        return {**out, "metrics_source": "instrumented"}
+    return {**{k: v for k, v in out.items() if k not in NEEDS_COMPUTE},
+            "metrics_source": without_compute}
+
+
+def _printed(d: CellDir, plan: CellPlan) -> dict[str, Any]:
+    """Metrics from the iteration times the program printed (``iteration_regex``)."""
+    w = plan.experiment.workload
+    times = regex_times(d, w.program.iteration_regex, len(plan.slots))[w.warmup:]
+    out = iteration_metrics(times, w)
+    write_csv(Path(d.root) / ITERATIONS_CSV,
+              [{**dict.fromkeys(FIXED), "iteration": w.warmup + k, "phase": 0,
+                "iteration_time_s": round(t, 6), "step_during": 0}
+               for k, t in enumerate(times)])
+    return {**out, "iteration_basis": "printed", "metrics_source": "regex"}
+
+
+def _has_compute(traces: dict[int, list[dict]]) -> bool:
+    return any(r.get("cat") == "compute" for recs in traces.values() for r in recs)
+
+
+def _has(traces: dict[int, list[dict]], kind: str) -> bool:
+    return any(r.get("type") == kind for recs in traces.values() for r in recs)
 
 
 def iteration_metrics(seconds: list[float], w: Workload) -> dict[str, Any]:
