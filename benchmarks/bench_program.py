@@ -222,18 +222,45 @@ def exit_hangs(tmp: Path, src: Path, cell: Path) -> dict[str, int]:
             proc = subprocess.Popen([str(TORCHRUN), "--nproc_per_node", "4", "--no-python",
                                      sys.executable, *argv, str(src / "multinode.py"), "2",
                                      "1"], cwd=work, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, start_new_session=True,
+                                    stderr=subprocess.DEVNULL,
                                     env={**os.environ, "PYTHONPATH": str(src)})
             try:
                 proc.wait(timeout=HANG_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 hung[name] += 1
-            finally:  # torchrun and the ranks it started: the session this Popen made
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            finally:
+                _stop_torchrun(proc)
         print(f"  {name}: {hung[name]} of {HANG_RUNS} runs hung at exit")
     return hung
+
+
+def _children(pid: int) -> list[int]:
+    """pidfds of ``pid``'s children (torchrun starts each worker in a session of its own): a
+    pidfd names the process itself, so a pid reused meanwhile is never signalled."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for child in task.read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    out.append(os.pidfd_open(int(child)))
+    return out
+
+
+def _stop_torchrun(proc: subprocess.Popen) -> None:
+    """Stop a torchrun and the workers it started: SIGTERM (torchrun stops its workers), then
+    SIGKILL to whichever of them is left after 10 s."""
+    kids = _children(proc.pid)
+    if proc.poll() is None:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for fd in kids:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        os.close(fd)
 
 
 def main() -> int:
