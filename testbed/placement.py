@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from testbed.errors import Problem, SpecError
-from testbed.launch.cellfile import Slot
+from testbed.topology import Slot
 from testbed.spec import PLACEMENT_STRATEGIES
 from testbed.topology import Topology
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 from testbed.launch.celldir import CellDir
-from testbed.launch.cellfile import CellFile, single_host_placement
+from testbed.launch.cellfile import CellFile
+from testbed.topology import single_host_placement
 from testbed.launch.command import (RankJob, program_argv, program_env, program_files,
                                     remote_argv, worker_argv, worker_env)
 from testbed.launch.supervise import start_logged, stop_process, watch_workers

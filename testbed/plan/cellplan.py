@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.errors import TestbedError
-from testbed.launch.cellfile import CellFile, Slot
+from testbed.launch.cellfile import CellFile
+from testbed.topology import Slot
 from testbed.topology import ResolvedLink, Topology
 from testbed.placement import LinkCost, PlacementProblem, place
 from testbed.schedule.crossdc import Boundary, CrossDCContext

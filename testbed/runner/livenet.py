@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from testbed.linkprofile import LinkProfile
+from testbed.topology import LinkProfile
 from testbed.net.backends.base import Backend
 from testbed.net.measure import LinkMeasurement, measure_link
 from testbed.net.network import Network

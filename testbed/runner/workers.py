@@ -18,7 +18,7 @@ from typing import Any
 
 from testbed.errors import WorkerError
 from testbed.launch.celldir import CellDir
-from testbed.launch.cellfile import Slot, local_world_sizes
+from testbed.topology import Slot, local_world_sizes
 from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, RankJob, cuda_device,
                                     program_argv, program_env, program_files, remote_argv,
                                     worker_args, worker_argv, worker_env)

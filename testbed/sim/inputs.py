@@ -5,7 +5,7 @@ the experiment file.
 """
 from __future__ import annotations
 
-from testbed.launch.cellfile import Slot
+from testbed.topology import Slot
 from testbed.schedule.ir import Schedule
 from testbed.schedule.lower import lower
 from testbed.sim import calibration as C

@@ -12,7 +12,7 @@ stack: their path is ``SAME_HOST``, with no host link, no inter-DC link and noth
 """
 from __future__ import annotations
 
-from testbed.launch.cellfile import Slot
+from testbed.topology import Slot
 from testbed.topology import LinkProfile, ResolvedLink, Topology
 from testbed.sim import calibration as C
 from testbed.sim.engine import UNSHAPED, Path

@@ -17,10 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, model_validator
 
-# The link profile types are the topology's vocabulary: importable from here too.
-from testbed.linkprofile import (DC_NAME_PATTERN, IFNAMSIZ, MAX_DC_NAME, MAX_DELAY_MS,  # noqa: F401
-                                 TRANSIT_NET, GilbertElliott, LinkProfile, Step, Strict,
-                                 step_order)
+from testbed.topology.linkprofile import (DC_NAME_PATTERN, MAX_DC_NAME, TRANSIT_NET,
+                                          LinkProfile, Step, Strict, step_order)
 
 
 class InterDCLink(LinkProfile):
