@@ -6,5 +6,5 @@
 - ``lab``: a connected lab: reachability and version checks, clock offsets, NTP state;
 - ``shaping``: tc on each host's NIC (htb class per destination DC, netem or bfifo leaf, u32
   filters by destination subnet), read back and removed again;
-- ``process``: a worker started over SSH, with the Popen-like face the runner watches.
+- ``process``: a worker started over SSH, a ``testbed.process.ProcessHandle`` like any other.
 """

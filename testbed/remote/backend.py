@@ -25,7 +25,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import IO
 
 from testbed.errors import MachineError, ShapingError
-from testbed.launch.supervise import STOP_GRACE_S
+from testbed.process import STOP_GRACE_S
 from testbed.net.backends.base import Backend
 from testbed.net.network import RUN_TIMEOUT_S, Network, Node
 from testbed.net.ledger import Ledger, new_tag

@@ -1,5 +1,5 @@
-"""A process started on a lab host over SSH, with the face of ``subprocess.Popen`` that the
-runner's watcher uses (``poll``, ``wait``, ``terminate``, ``kill``, ``returncode``, ``pid``).
+"""A process started on a lab host over SSH: a ``testbed.process.ProcessHandle`` (``poll``,
+``wait``, ``terminate``, ``kill``, ``returncode``, ``pid``) like every other worker's.
 
 The remote command first prints its own pid (``sh -c 'echo $$; exec "$@"'``), so terminate and
 kill signal exactly that process (``kill -TERM <pid>`` over a second channel), never by name.

@@ -14,7 +14,6 @@ import sys
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
 
 from testbed.errors import WorkerError
 from testbed.launch.celldir import CellDir
@@ -23,7 +22,7 @@ from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, RankJob, cuda_de
                                     program_argv, program_env, program_files, remote_argv,
                                     worker_args, worker_argv, worker_env)
 from testbed.launch.pool import RankPool
-from testbed.launch.supervise import stop_process
+from testbed.process import ProcessHandle, stop_process
 from testbed.net.network import Network, Node
 from testbed.plan import CellPlan
 
@@ -38,7 +37,7 @@ class Command:
 
 
 def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitStack,
-                  pool: RankPool | None = None) -> dict[int, Any]:
+                  pool: RankPool | None = None) -> dict[int, ProcessHandle]:
     """Start one worker (or the workload's program) per rank of ``plan`` inside its host (the
     ranks of one host share it and its run directory); each
     is stopped when ``stack`` closes (also on failure). Built-in workers on hosts of this
@@ -49,7 +48,7 @@ def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitSt
     jobs = {s.rank: rank_job(net, s, slots, plan.experiment.timeout_s,
                              plan.cell.cell_id) for s in slots}
     copied: set[Node] = set()
-    procs: dict[int, Any] = {}
+    procs: dict[int, ProcessHandle] = {}
     for slot in slots:
         node = net.host(*slot.host)
         there = CellDir(net.files_dir(node, Path(cell_dir.root)))
@@ -92,7 +91,7 @@ def _poolable(net: Network, node: Node, plan: CellPlan, here: CellDir, there: Ce
 
 
 def _fork(pool: RankPool, net: Network, node: Node, job: RankJob, here: CellDir,
-          there: CellDir, env: dict[str, str], stack: ExitStack) -> Any:
+          there: CellDir, env: dict[str, str], stack: ExitStack) -> ProcessHandle:
     rank = pool.start(net.netns_file(node), WORKER_MODULE,
                       worker_args(there.cell_file, there.root), env,
                       here.worker_log(job.rank))
@@ -137,7 +136,7 @@ def _link_files(workdir: Path, names: list[str], base_dir: Path) -> None:
 
 
 def _start(net: Network, node: Node, job: RankJob, command: Command, here: CellDir,
-           there: CellDir, stack: ExitStack) -> Any:
+           there: CellDir, stack: ExitStack) -> ProcessHandle:
     log = open(here.worker_log(job.rank), "wb")
     stack.callback(log.close)
     try:
