@@ -140,7 +140,7 @@ class CellRunner:
         clock.mark("stop")
         row.update(_metrics(Path(cell_dir.root), plan, player, exits))
         row.update(control_columns(plan, self.controls, row, Path(cell_dir.root)))
-        row.update(assess(Path(cell_dir.root), plan, row, cpu))
+        row.update(assess(Path(cell_dir.root), plan, row, cpu, self.backend.hosts_here))
         export(Path(cell_dir.root))
         clock.mark("metrics")
         log.info("cell %s/%d took %s", plan.cell.cell_id, repeat, clock)

@@ -73,8 +73,6 @@ CPU_BUSY_MAX_PCT = 90.0
 # The delay line drops nothing by design (no fail-open, a large queue): any drop is the
 # emulator falling behind, and TCP's retransmission then adds time no model predicts.
 DELAYLINE_DROPS_MAX = 0
-# Backends whose workers run on other machines: this box's CPU says nothing about them.
-REMOTE_BACKENDS = frozenset({"remote"})
 
 
 # ------------------------------------------------------------------ CPU (/proc/stat)
@@ -335,12 +333,13 @@ def verdict(s: Signals) -> tuple[str, dict[str, Any]]:
 
 # ------------------------------------------------------------------ one cell
 def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
-           cpu: CpuSampler) -> dict[str, Any]:
+           cpu: CpuSampler, hosts_here: bool = True) -> dict[str, Any]:
     """The fidelity columns of a finished cell: signals from its traces (when it has any),
     the drops and the measured iteration time in ``row`` (what the cell's run added to its
     row), the predicted one (``row``'s, else the plan's), and the box's CPU busy share over
-    the measured iterations (over the workers' whole phase without traces; not used for
-    workers on lab hosts). Raises WorkerError on a broken trace."""
+    the measured iterations (over the workers' whole phase without traces; not used when the
+    workers ran elsewhere: ``hosts_here`` False, lab hosts). Raises WorkerError on a broken
+    trace."""
     # a cell with steps has its phased prediction in ``row``; the others the plan's
     predicted = row.get("predicted_iteration_time_s",
                         plan.prediction.get("predicted_iteration_time_s"))
@@ -354,7 +353,7 @@ def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
     # a program stopped at exit after its last iteration has no end record: take it as is
     traces = load_traces(cell_dir, finished=False) if CellDir(cell_dir).traces() else {}
     _trace_signals(s, traces, plan)
-    if plan.experiment.backend in REMOTE_BACKENDS:
+    if not hosts_here:
         s.why_unknown["CPU"] = "the workers ran on lab hosts"
     else:
         window = measured_window(traces)

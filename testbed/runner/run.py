@@ -22,9 +22,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from testbed.errors import EXIT_CELLS_FAILED, EXIT_OK, Problem, SpecError
-from testbed.net.backends import get_backend
+from testbed.net.backends import experiment_backend
 from testbed.plan import CellPlan, plan_all
-from testbed.remote.lab import LabSettings
 from testbed.runner.cell import CellRunner
 from testbed.runner.control import run_controls
 from testbed.runner.store import RunStore
@@ -120,12 +119,11 @@ def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int,
             if (p.cell.cell_id, r) not in store.finished()]
     console.print(f"run [bold]{store.root}[/]: {len(todo)} of {len(plans) * exp.repeat} "
                   f"cell runs to do")
-    lab = LabSettings.of(exp, Path(le.path).parent) if exp.remote is not None else None
     with _run_log(store), _signals_as_interrupt():
         # before any network or rank interpreter exists: nothing else of the harness runs
         controls = run_controls([p for p, _ in todo], store.root,
                                 say=lambda m: console.print(m, highlight=False))
-        with CellRunner(get_backend(exp.backend, lab), exp.shaper, store,
+        with CellRunner(experiment_backend(exp, Path(le.path).parent), exp.shaper, store,
                         warm=not opts.cold, controls=controls) as runner:
             _sweep(todo, runner, store, console, opts.quiet)
     failed = [r for r in store.rows if r.get("status") != "ok"]

@@ -20,7 +20,7 @@ from testbed.net.measure import rtt
 from testbed.net.shaping import tc
 from testbed.net.steps import StepPlayer
 from testbed.topology import GilbertElliott, LinkProfile
-from testbed.remote import shaping as remote
+from testbed.net.lab import nic as remote
 from twodc import ends, two_dc, two_dc_stepping
 
 pytestmark = [pytest.mark.root, pytest.mark.netem]

@@ -245,15 +245,14 @@ def test_assess_a_cell_from_its_traces_row_plan_and_the_cpu_over_its_measured_it
 
 
 def test_assess_without_traces_uses_the_whole_phase_and_says_what_it_could_not_check(
-        tmp_path, monkeypatch):
+        tmp_path):
     (plan,) = plan_all(load_experiment(EXP))
     cpu = sampler([(0, 0, 0), (10**9, 95, 100)])
     d = F.assess(tmp_path, plan, {"delayline_drops": None}, cpu)
     assert d["cpu_busy_pct"] == 95.0 and d["fidelity"] == "degraded: CPU busy 95 % > 90 %"
     assert d["fidelity_unchecked"].startswith("compute overshoot (no traces)")
     # workers on lab hosts: this box's CPU is not theirs
-    monkeypatch.setattr(F, "REMOTE_BACKENDS", frozenset({plan.experiment.backend}))
-    d = F.assess(tmp_path, plan, {"delayline_drops": None}, cpu)
+    d = F.assess(tmp_path, plan, {"delayline_drops": None}, cpu, hosts_here=False)
     assert d["fidelity"] == "ok" and d["cpu_busy_pct"] is None
     assert "CPU (the workers ran on lab hosts)" in d["fidelity_unchecked"]
 

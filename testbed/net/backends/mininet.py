@@ -197,8 +197,7 @@ class MininetBackend(LocalBackend):
 
     name = "mininet"
 
-    def __init__(self, lab=None) -> None:
-        super().__init__(lab)
+    def __init__(self) -> None:
         self._parts: dict[str, _Parts] = {}
 
     def argv_in(self, node: Node, argv: list[str]) -> list[str]:

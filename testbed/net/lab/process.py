@@ -18,8 +18,8 @@ from typing import IO, Callable
 from fabric import Connection
 
 from testbed.errors import CommandError
-from testbed.remote import ssh
-from testbed.remote.inventory import LabHost
+from testbed.net.lab import ssh
+from testbed.net.lab.inventory import LabHost
 
 log = logging.getLogger(__name__)
 

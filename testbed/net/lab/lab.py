@@ -16,8 +16,8 @@ import testbed
 
 from testbed.errors import MachineError
 from testbed.net.network import GPU_DEVICES
-from testbed.remote import clocks, ssh
-from testbed.remote.inventory import Inventory, LabHost, load_inventory
+from testbed.net.lab import clocks, ssh
+from testbed.net.lab.inventory import Inventory, LabHost, load_inventory
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from fabric import Connection
 
 from testbed.errors import TestbedError
-from testbed.remote import ssh
-from testbed.remote.inventory import LabHost
+from testbed.net.lab import ssh
+from testbed.net.lab.inventory import LabHost
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
 from testbed.errors import EXIT_MACHINE, CommandError, TestbedError
-from testbed.remote.inventory import LabHost
+from testbed.net.lab.inventory import LabHost
 
 log = logging.getLogger(__name__)
 
