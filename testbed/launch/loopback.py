@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from testbed.launch.celldir import CellDir
-from testbed.launch.cellfile import CellFile
+from testbed.cell.celldir import CellDir
+from testbed.cell.cellfile import CellFile
 from testbed.topology import single_host_placement
 from testbed.launch.command import (RankJob, program_argv, program_env, program_files,
                                     remote_argv, worker_argv, worker_env)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from testbed.errors import WorkerError
-from testbed.launch.celldir import CellDir
+from testbed.cell.celldir import CellDir
 from testbed.process import ProcessHandle, stop_process
 from testbed.traceformat import read_trace
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.errors import TestbedError
-from testbed.launch.cellfile import CellFile
+from testbed.cell.cellfile import CellFile
 from testbed.topology import Slot
 from testbed.topology import ResolvedLink, Topology
-from testbed.placement import LinkCost, PlacementProblem, place
+from testbed.plan.placement import LinkCost, PlacementProblem, place
 from testbed.schedule.crossdc import Boundary, CrossDCContext
 from testbed.schedule.csvfile import Shape, load_py, read_csv
 from testbed.schedule.generators import generate

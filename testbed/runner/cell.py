@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import TestbedError
-from testbed.launch.celldir import CellDir
+from testbed.cell.celldir import CellDir
 from testbed.launch.pool import RankPool
 from testbed.launch.supervise import watch_workers
 from testbed.net.backends.base import Backend
@@ -36,7 +36,7 @@ from testbed.runner.measured import program_metrics
 from testbed.runner.series import measure
 from testbed.runner.store import RunStore
 from testbed.runner.tracewatch import IterationWatch
-from testbed.runner.workers import start_workers
+from testbed.launch.workers import start_workers
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import TestbedError
-from testbed.launch.celldir import CellDir
+from testbed.cell.celldir import CellDir
 from testbed.launch.loopback import run_program_local
 from testbed.metrics import by_period, load_traces, per_iteration, summarize
 from testbed.plan import CellPlan

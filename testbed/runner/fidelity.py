@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from testbed.errors import MachineError
-from testbed.launch.celldir import CellDir
+from testbed.cell.celldir import CellDir
 from testbed.metrics import load_traces, percentile
 from testbed.plan import CellPlan
 from testbed.sim.calibration import SLEEP_OVERSHOOT_S

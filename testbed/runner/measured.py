@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import WorkerError
-from testbed.launch.celldir import CellDir
+from testbed.cell.celldir import CellDir
 from testbed.metrics import load_traces, percentile
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan

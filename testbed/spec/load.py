@@ -149,7 +149,7 @@ def _zip_where(src: Source, key: str) -> tuple[int, int]:
 def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
     """Checks across fields of a valid experiment; returns (loc, message) pairs. Whether the
     placement strategy fits the topology is the planner's check
-    (``testbed.placement.capacity_problem``), not this one."""
+    (``testbed.plan.placement.capacity_problem``), not this one."""
     w, out = exp.workload, []
     stages = w.parallel.pp * w.chunks
     if w.model.layers % stages:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from testbed.launch.cellfile import CellFile, CellFileError
+from testbed.cell.cellfile import CellFile, CellFileError
 from testbed.schedule.generators import generate
 from testbed.schedule.lower import lower
 from testbed.schedule.registry import CROSS_DC_SCHEDULES

@@ -12,28 +12,18 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
-from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 
+from testbed.cell.celldir import CellDir
 from testbed.errors import WorkerError
-from testbed.launch.celldir import CellDir
-from testbed.topology import Slot, local_world_sizes
-from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, RankJob, cuda_device,
-                                    program_argv, program_env, program_files, remote_argv,
-                                    worker_args, worker_argv, worker_env)
+from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, Command, RankJob,
+                                    cuda_device, program_argv, program_env, program_files,
+                                    remote_argv, worker_args, worker_argv, worker_env)
 from testbed.launch.pool import RankPool
-from testbed.process import ProcessHandle, stop_process
 from testbed.net.network import Network, Node
 from testbed.plan import CellPlan
-
-
-@dataclass(frozen=True)
-class Command:
-    """What one rank runs: argv, added environment, working directory (None: inherited)."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: PurePath | None = None
+from testbed.process import ProcessHandle, stop_process
+from testbed.topology import Slot, local_world_sizes
 
 
 def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitStack,

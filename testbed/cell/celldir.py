@@ -2,7 +2,7 @@
 
 ``results/<experiment>/<run-id>/cells/<cell-id>[-r<repeat>]/`` holds::
 
-    cell.json              the cell file (testbed.launch.cellfile)
+    cell.json              the cell file (testbed.cell.cellfile)
     trace-rank<R>.jsonl    rank R's trace (testbed.traceformat)
     worker-rank<R>.log     rank R's stdout and stderr
     rank<R>/               a program's working directory on rank R (what it writes lands here)
