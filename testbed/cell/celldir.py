@@ -4,6 +4,7 @@
 
     cell.json              the cell file (testbed.cell.cellfile)
     trace-rank<R>.jsonl    rank R's trace (testbed.traceformat)
+    iterations.csv         the per-iteration series (testbed.readout.series)
     worker-rank<R>.log     rank R's stdout and stderr
     rank<R>/               a program's working directory on rank R (what it writes lands here)
     error-rank<R>.json     a program's error, written by torch's ``@record`` (if it uses it)
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 TRACE_GLOB = "trace-rank*.jsonl"
+ITERATIONS_CSV = "iterations.csv"
 
 
 
@@ -49,6 +51,10 @@ class CellDir:
     def traces(self) -> list[Path]:
         """The trace files present, by rank (local cell directories only)."""
         return sorted(Path(self.root).glob(TRACE_GLOB), key=lambda p: int(p.stem[10:]))
+
+    @property
+    def iterations(self) -> PurePath:
+        return self.root / ITERATIONS_CSV
 
     @property
     def perfetto(self) -> PurePath:

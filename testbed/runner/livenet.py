@@ -23,7 +23,7 @@ from testbed.net.measure import LinkMeasurement, measure_link
 from testbed.net.network import Network
 from testbed.net.shaping.interface import Shaper
 from testbed.plan import CellPlan
-from testbed.runner import columns
+from testbed.readout import columns
 from testbed.topology import ResolvedLink
 
 log = logging.getLogger(__name__)

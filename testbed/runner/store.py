@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from testbed.errors import Problem, SpecError
-from testbed.runner import columns
+from testbed.readout import columns
 
 
 

@@ -109,7 +109,7 @@ class Span:
 
 @dataclass
 class SimResult:
-    """A predicted iteration: per-rank spans and the metrics ``testbed.metrics`` defines."""
+    """A predicted iteration: per-rank spans and the metrics ``testbed.readout.traces`` defines."""
 
     spans: list[Span]
     span_s: float
@@ -123,7 +123,7 @@ class SimResult:
         return [(self.span_s - b) / self.span_s for b in self.busy_s]
 
     def metrics(self) -> dict[str, float]:
-        """The same definitions as ``testbed.metrics.summarize`` (idle / span per rank)."""
+        """The same definitions as ``testbed.readout.traces.summarize`` (idle / span per rank)."""
         ratios = self.bubble_ratios
         busy = sum(self.busy_s)
         idle = sum(self.span_s - b for b in self.busy_s)

@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from testbed.runner.spread import iterations_of  # noqa: E402
+from testbed.report.spread import iterations_of  # noqa: E402
 from testbed.runner.store import cell_path  # noqa: E402
 
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import pandas as pd
 from scipy.stats import binom
 
+from testbed.cell.celldir import CellDir
 from testbed.runner.store import cell_path
 
 LEVEL = 0.95
 # per-iteration metrics: pooled over iterations and repeats
 SAMPLED = ["iteration_time_s", "bubble_ratio", "exposed_comm_s"]
-ITERATIONS_CSV = "iterations.csv"
 
 
 def median_ci(values: list[float], level: float = LEVEL) -> tuple[float, float | None,
@@ -52,7 +52,7 @@ def fmt_ci(values: list[float]) -> str:
 
 def iterations_of(run_dir: Path, cell_id: str, repeat: int) -> pd.DataFrame | None:
     """A cell × repeat's iterations.csv, or None when it has none."""
-    path = cell_path(run_dir, cell_id, repeat) / ITERATIONS_CSV
+    path = Path(CellDir(cell_path(run_dir, cell_id, repeat)).iterations)
     return pd.read_csv(path) if path.is_file() else None
 
 

@@ -12,8 +12,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from testbed.runner import columns, sections, tables  # noqa: E402
-from testbed.runner.phaseplot import phase_plots  # noqa: E402
+from testbed.readout import columns
+from testbed.report import sections, tables  # noqa: E402
+from testbed.report.phaseplot import phase_plots  # noqa: E402
 from testbed.runner.store import atomic_write, cell_path  # noqa: E402
 from testbed.traceformat import read_trace  # noqa: E402
 

@@ -21,9 +21,9 @@ PREDICTED = ["predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_
              "predicted_peak_inflight"]
 FILLER = ["filler_basis", "utilization", "training_utilization", "filler_requests_per_s",
           "filler_tokens_per_s", "filler_overrun_s"]
-# metrics_source: how the measured columns were obtained (testbed.runner.measured);
+# metrics_source: how the measured columns were obtained (testbed.readout.program);
 # iteration_basis: what iteration_time_s is: span (ranks aligned at iteration starts: the
-# built-in worker), period (a rank's start to its next start: programs; testbed.metrics) or
+# built-in worker), period (a rank's start to its next start: programs; testbed.readout.traces) or
 # printed (the program's own times, iteration_regex);
 # exit_status: a program's ranks at exit: ok, or what a rank that had finished its iterations
 # did instead (hung and was stopped, or exited non-zero): the measurements stand;
@@ -37,11 +37,11 @@ BOOKKEEPING = ["metrics_source", "iteration_basis", "exit_status", "wall_time_s"
                "queue_drops", "network", "links_measured_in", "network_setup_s",
                "measure_links_s", "started_at",
                "duration_s"]
-# self-fidelity (testbed.runner.fidelity): the verdict, what it could not check, and its signals
+# self-fidelity (testbed.readout.fidelity): the verdict, what it could not check, and its signals
 FIDELITY = ["fidelity", "fidelity_unchecked", "compute_overshoot_p50_ms",
             "compute_overshoot_p99_ms", "compute_stretch_pct", "late_starts", "cpu_busy_pct",
             "predicted_gap_pct"]
-# a program's control run (testbed.runner.control): its iteration time and bubble over
+# a program's control run (testbed.readout.control): its iteration time and bubble over
 # loopback, what the emulated network added to them, its compute stretch, or why it failed
 CONTROL = ["control_iteration_time_s", "control_bubble_ratio", "network_added_s",
            "network_added_bubble", "compute_vs_control_pct", "control_error"]

@@ -1,5 +1,5 @@
 """The tables of a run's summary and end-of-run table: one line per cell and per axis value,
-each with the median and its 95 % interval (``testbed.runner.spread``).
+each with the median and its 95 % interval (``testbed.report.spread``).
 
 An axis is every field that varies across the rows: the swept parameters and the planned
 settings (placement, the stages' DCs, …) unless a swept parameter already names them.
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed.runner import columns
-from testbed.runner.spread import median_ci, samples
+from testbed.readout import columns
+from testbed.report.spread import median_ci, samples
 
 # per cell: the sampled metrics get a median and an interval, the others a median over repeats
 CI_METRICS = ["iteration_time_s", "bubble_ratio"]

@@ -240,10 +240,10 @@ def losses(cell_dir: Path) -> list[float]:
 
 
 def transfer_times(traces: dict[int, list[dict]], measured_only: bool = True) -> list[dict]:
-    """Each P2P transfer of a run's traces (``testbed.metrics.load_traces``), from the sender's
-    SEND start to the receiver's RECV end: one-way delay plus serialization plus any queueing
-    behind earlier transfers. Valid where all ranks share one clock (the namespaces of one
-    machine). Rows: iter, kind (F or B), stage (receiving), mb, bytes, seconds."""
+    """Each P2P transfer of a run's traces (``load_traces``), from the sender's SEND start to
+    the receiver's RECV end: one-way delay plus serialization plus any queueing behind earlier
+    transfers. Valid where all ranks share one clock (the namespaces of one machine). Rows:
+    iter, kind (F or B), stage (receiving), mb, bytes, seconds."""
     warm = {r["iter"] for recs in traces.values() for r in recs
             if r.get("type") == "iter" and r.get("warmup")}
     sends = {}

@@ -8,6 +8,9 @@ delay (ms, one way, a→b), rate (Mbit/s, empty: unshaped) and loss (%) in force
 
 For a cell with time-varying steps the row's ``predicted_*`` columns are replaced by the
 prediction over the same phases (``testbed.plan.phases``).
+
+Nothing here writes: the series comes back as rows (``series_csv`` is its file's text), and the
+runner keeps it in the cell directory (``CellDir.iterations``).
 """
 from __future__ import annotations
 
@@ -16,36 +19,35 @@ import io
 from pathlib import Path
 from typing import Any
 
-from testbed.metrics import by_period, iteration_stats, load_traces, per_iteration, summarize
+from testbed.readout.traces import by_period, iteration_stats, load_traces, per_iteration, summarize
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
 from testbed.plan.phases import PhasePredictor, State, combined, has_steps, links_in_state
-from testbed.runner import columns
-from testbed.runner.store import atomic_write
+from testbed.readout import columns
 
-ITERATIONS_CSV = "iterations.csv"
+Series = list[dict[str, Any]]  # one dict per measured iteration: iterations.csv's rows
 FIXED = ["iteration", "phase", "start_s", "iteration_time_s", "bubble_ratio", "exposed_comm_s",
          "predicted_iteration_time_s", "step_during"]
 
 
-SPAN, PERIOD = "span", "period"  # the row's iteration_basis (testbed.metrics)
+SPAN, PERIOD = "span", "period"  # the row's iteration_basis (testbed.readout.traces)
 
 
-def measure(cell_dir: Path, plan: CellPlan, player: StepPlayer, basis: str = SPAN,
-            traces: dict[int, list[dict]] | None = None) -> dict[str, Any]:
-    """The cell's metrics from its traces, iteration time on ``basis``; writes
-    iterations.csv. Raises WorkerError on bad traces."""
+def metrics_and_series(cell_dir: Path, plan: CellPlan, player: StepPlayer, basis: str = SPAN,
+                       traces: dict[int, list[dict]] | None = None
+                       ) -> tuple[dict[str, Any], Series]:
+    """(the cell's metrics, its per-iteration series) from its traces, iteration time on
+    ``basis``. Raises WorkerError on bad traces."""
     iters = per_iteration(traces if traces is not None else load_traces(cell_dir))
     if basis == PERIOD:
         iters = by_period(iters)
     out = {**summarize(iters, plan.experiment.workload), "iteration_basis": basis}
     predictor = PhasePredictor(plan)
     rows = iteration_rows(iters, plan, player, predictor)
-    write_csv(Path(cell_dir) / ITERATIONS_CSV, rows)
     if has_steps(plan):
-        phased = combined([predictor(r.pop("_state")) for r in rows])
+        phased = combined([predictor(r["_state"]) for r in rows])
         out.update({k: (round(v, 6) if isinstance(v, float) else v) for k, v in phased.items()})
-    return out
+    return out, rows
 
 
 def state_at(plan: CellPlan, applied: list[dict], t_s: float) -> State:
@@ -90,11 +92,11 @@ def _rounded(v: float | None) -> float | None:
     return None if v is None else round(v, 6)
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    """``rows`` as CSV (keys starting with ``_`` left out), written atomically."""
+def series_csv(rows: Series) -> bytes:
+    """The text of iterations.csv: ``rows`` as CSV, keys starting with ``_`` left out."""
     fields = [k for k in rows[0] if not k.startswith("_")] if rows else FIXED
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     w.writerows(rows)
-    atomic_write(path, buf.getvalue().encode())
+    return buf.getvalue().encode()

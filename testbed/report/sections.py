@@ -1,6 +1,6 @@
 """Summary sections beyond the cell and axis tables: the phases of cells whose links changed
 during the run, the bubble that inter-DC delay adds (GeoPipe's convention), and the cells
-whose self-fidelity was degraded (``testbed.runner.fidelity``).
+whose self-fidelity was degraded (``testbed.readout.fidelity``).
 
 Delay-induced bubble: a cell's bubble ratio minus the bubble ratio of the same cell at zero
 delay (same values on every other axis), wherever the matrix has that counterpart. Its cut is
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed.runner import columns
-from testbed.runner.spread import fmt_ci, iterations_of
-from testbed.runner.tables import markdown
+from testbed.readout import columns
+from testbed.report.spread import fmt_ci, iterations_of
+from testbed.report.tables import markdown
 
 REFERENCE_SCHEDULE = "1f1b"
 # axes that belong to the schedule: ignored when looking for the reference schedule's cell

@@ -11,9 +11,9 @@
 A program's ranks are not aligned at iteration starts (an ordinary training loop lets a
 downstream rank start its next step while upstream ranks still finish theirs), so its
 iteration time is the steady-state period (``iteration_basis`` = ``period``, see
-``testbed.metrics``); the built-in worker's is the span (``worker``, in ``testbed.runner.cell``).
-Traced programs get the same ``iterations.csv`` as the built-in worker, a metric they cannot
-have left empty.
+``testbed.readout.traces``); the built-in worker's is the span (``worker``, in
+``testbed.runner.cell``). Traced programs get the same ``iterations.csv`` as the built-in
+worker, a metric they cannot have left empty.
 
 Throughput counts one global batch (microbatches × microbatch_size × dp, × seq_len tokens, as
 the workload states them) per median iteration. ``workload.warmup`` iterations are excluded.
@@ -27,10 +27,10 @@ from typing import Any
 
 from testbed.errors import WorkerError
 from testbed.cell.celldir import CellDir
-from testbed.metrics import load_traces, percentile
+from testbed.readout.traces import load_traces, percentile
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
-from testbed.runner.series import FIXED, ITERATIONS_CSV, PERIOD, measure, write_csv
+from testbed.readout.series import FIXED, PERIOD, Series, metrics_and_series
 from testbed.spec import Workload
 
 # what a program row cannot have without compute records
@@ -38,29 +38,28 @@ NEEDS_COMPUTE = ("bubble_ratio", "bubble_ratio_max", "bubble_ratio_megatron", "e
 
 
 def program_metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer,
-                    finished: bool = True) -> dict[str, Any]:
-    """The measured columns of a program's finished cell, with ``metrics_source``; writes
-    iterations.csv where there are iterations. ``finished`` False takes traces of ranks that
-    were stopped at exit as they are. Raises WorkerError when its traces (or output, for a
-    regex) hold no measured iteration."""
+                    finished: bool = True) -> tuple[dict[str, Any], Series | None]:
+    """(the measured columns of a program's finished cell, with ``metrics_source``; its
+    per-iteration series, None where it has no iterations). ``finished`` False takes traces
+    of ranks that were stopped at exit as they are. Raises WorkerError when its traces (or
+    output, for a regex) hold no measured iteration."""
     d, w = CellDir(Path(cell_dir)), plan.experiment.workload
     if d.traces():
         traces = load_traces(cell_dir, finished=finished)
-        out = measure(cell_dir, plan, player, PERIOD, traces)
+        out, series = metrics_and_series(cell_dir, plan, player, PERIOD, traces)
         if any(r.get("cat") == "compute" for recs in traces.values() for r in recs):
-            return {**out, "metrics_source": "instrumented"}
+            return {**out, "metrics_source": "instrumented"}, series
         return {**{k: v for k, v in out.items() if k not in NEEDS_COMPUTE},
-                "metrics_source": "marked"}
+                "metrics_source": "marked"}, series
     if w.program.iteration_regex:
         times = regex_times(d, w.program.iteration_regex, len(plan.slots))
         times = times[w.warmup:]
         out = iteration_metrics(times, w)
-        write_csv(Path(cell_dir) / ITERATIONS_CSV,
-                  [{**dict.fromkeys(FIXED), "iteration": w.warmup + k, "phase": 0,
-                    "iteration_time_s": round(t, 6), "step_during": 0}
-                   for k, t in enumerate(times)])
-        return {**out, "iteration_basis": "printed", "metrics_source": "regex"}
-    return {"metrics_source": "none"}
+        series = [{**dict.fromkeys(FIXED), "iteration": w.warmup + k, "phase": 0,
+                   "iteration_time_s": round(t, 6), "step_during": 0}
+                  for k, t in enumerate(times)]
+        return {**out, "iteration_basis": "printed", "metrics_source": "regex"}, series
+    return {"metrics_source": "none"}, None
 
 
 def iteration_metrics(seconds: list[float], w: Workload) -> dict[str, Any]:
