@@ -16,7 +16,7 @@ import pytest
 
 from testbed.errors import ShapingError
 from testbed.net.backends import emulated_network
-from testbed.net.measure import rtt
+from testbed.net.linkprobe import rtt
 from testbed.net.shaping import tc
 from testbed.net.steps import StepPlayer
 from testbed.topology import GilbertElliott, LinkProfile

@@ -1,4 +1,5 @@
-"""Fidelity: measure what each inter-DC link really does (RTT with ping, rate with iperf3)."""
+"""Link probes: what each inter-DC link of a built network really does (RTT with ping, rate
+with iperf3), measured against what it was configured to do (the row's link columns)."""
 from __future__ import annotations
 
 import json
@@ -105,7 +106,7 @@ def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECOND
         server.wait()
 
 
-def measure_link(net: Network, link: ResolvedLink, rate: bool = True) -> LinkMeasurement:
+def probe_link(net: Network, link: ResolvedLink, rate: bool = True) -> LinkMeasurement:
     """RTT (median, p99) between the link's DCs and, if ``rate``, TCP throughput a → b."""
     a, b = endpoints(net, link)
     m = LinkMeasurement(link.name, link.a_to_b.one_way_delay_ms + link.b_to_a.one_way_delay_ms,
@@ -117,6 +118,6 @@ def measure_link(net: Network, link: ResolvedLink, rate: bool = True) -> LinkMea
     return m
 
 
-def measure_all(net: Network, rate: bool = True) -> list[LinkMeasurement]:
+def probe_all(net: Network, rate: bool = True) -> list[LinkMeasurement]:
     """Measure every inter-DC link, one after the other (so they do not share the CPU)."""
-    return [measure_link(net, link, rate) for link in net.links]
+    return [probe_link(net, link, rate) for link in net.links]
