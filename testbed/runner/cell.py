@@ -24,7 +24,6 @@ from testbed.launch.pool import RankPool
 from testbed.launch.supervise import watch_workers
 from testbed.launch.workers import start_workers
 from testbed.net.backends.base import Backend
-from testbed.net.network import Network
 from testbed.net.shaping.interface import Shaper
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
