@@ -20,7 +20,8 @@ from testbed.topology import Slot
 from testbed.topology import ResolvedLink, Topology
 from testbed.plan.placement import LinkCost, PlacementProblem, place
 from testbed.schedule.crossdc import Boundary, CrossDCContext
-from testbed.schedule.csvfile import Shape, load_py, read_csv
+from testbed.schedule.csvfile import load_py, read_csv
+from testbed.schedule.filecheck import Shape
 from testbed.schedule.generators import generate
 from testbed.schedule.ir import Schedule
 from testbed.schedule.registry import CROSS_DC_SCHEDULES

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 
 from testbed.errors import Problem, SpecError
 from testbed.topology import MAX_DELAY_MS, Step, Topology
-from testbed.schedule.csvfile import ScheduleFileError, Shape, load_py, read_csv
+from testbed.schedule.csvfile import ScheduleFileError, load_py, read_csv
+from testbed.schedule.filecheck import Shape
 from testbed.schedule.registry import schedule_problems
 from testbed.spec.matrix import Cell, cell_id, params_text, parse_matrix
 from testbed.spec.models import Experiment
