@@ -26,7 +26,8 @@ from testbed.schedule.generators import generate
 from testbed.schedule.ir import Schedule
 from testbed.schedule.registry import CROSS_DC_SCHEDULES
 from testbed.sim import SimulationError, predicted, run
-from testbed.sim.engine import Path, SimInput, StageTimes, simulate
+from testbed.sim.engine import simulate
+from testbed.sim.iteration import Path, SimInput, StageTimes
 from testbed.sim.inputs import allreduce_s, build_input
 from testbed.sim.paths import PathModel
 from testbed.spec import Cell, Experiment

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.errors import EXIT_BAD_INPUT, TestbedError
-from testbed.sim.engine import Deadlock, SimInput, SimResult, simulate
+from testbed.sim.engine import simulate
+from testbed.sim.iteration import Deadlock, SimInput, SimResult
 
 
 class SimulationError(TestbedError):

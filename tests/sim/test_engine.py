@@ -11,7 +11,8 @@ from testbed.schedule.generators import generate
 from testbed.schedule.lower import lower, timeline
 from testbed.schedule.registry import SCHEDULES
 from testbed.sim import calibration
-from testbed.sim.engine import Path, SimInput, simulate
+from testbed.sim.engine import simulate
+from testbed.sim.iteration import Path, SimInput
 from testbed.spec import Workload
 from testbed.spec.workload import ComputeTimes
 
