@@ -5,7 +5,11 @@ messages. Each carries data, not only a string.
 """
 from __future__ import annotations
 
+import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Iterator
 
 EXIT_OK = 0
 EXIT_CELLS_FAILED = 1
@@ -84,3 +88,42 @@ class CommandError(TestbedError):
 
 class WorkerError(TestbedError):
     """A training worker crashed, hung or could not reach its peers."""
+
+
+@dataclass
+class StorageError(TestbedError):
+    """A file or directory could not be written: a full disk, a read-only file system, a
+    directory the user cannot write. The user's to fix, not a bug: the message names the path
+    and the system's reason (``errno``'s words). Exit 1; 3 (the machine lacks room or a
+    writable place) when it happens before anything ran (``before_run``)."""
+
+    path: str
+    errno: int | None
+    reason: str
+    action: str = "write"
+    hint: str = ""
+    exit_code: int = EXIT_CELLS_FAILED
+
+    def __str__(self) -> str:
+        return f"cannot {self.action} {self.path}: {self.reason}" + (
+            f"; {self.hint}" if self.hint else "")
+
+    @classmethod
+    def of(cls, e: OSError, path: str | PurePath, action: str = "write") -> "StorageError":
+        return cls(str(path), e.errno, e.strerror or str(e), action)
+
+    def before_run(self) -> "StorageError":
+        """The same error, as one that stopped a run before anything ran (exit 3)."""
+        return dataclasses.replace(self, exit_code=EXIT_MACHINE)
+
+    def with_hint(self, hint: str) -> "StorageError":
+        return dataclasses.replace(self, hint=hint)
+
+
+@contextmanager
+def writing(path: str | PurePath, action: str = "write") -> Iterator[None]:
+    """Turn an OSError raised inside the block into a StorageError naming ``path``."""
+    try:
+        yield
+    except OSError as e:
+        raise StorageError.of(e, path, action) from e

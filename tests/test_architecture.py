@@ -15,6 +15,7 @@ MAX_MODULE_LINES = 300
 OVER_THE_CAP = {
     "testbed/spec/workload.py": "the workload models and their costs: split when spec/ is renamed",
     "testbed/spec/load.py": "loading and cross-checks: split when spec/ is renamed",
+    "testbed/spec/source.py": "positioned YAML, 301 lines since YAML 1.2: split with spec/",
 }
 MAX_OVER_THE_CAP = 400
 MAX_FUNCTION_LINES = 60

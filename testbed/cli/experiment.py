@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from testbed.errors import EXIT_BAD_INPUT, EXIT_OK, SpecError
+from testbed.errors import EXIT_BAD_INPUT, EXIT_OK, SpecError, writing
 from testbed.plan import CellPlan, capacity_problems, plan_all
 from testbed.probe import print_report, probe
 from testbed.spec import LoadedExperiment, json_schema, load_experiment
@@ -100,7 +100,8 @@ def _probe(args: argparse.Namespace) -> int:
 def _schema(args: argparse.Namespace) -> int:
     text = json.dumps(json_schema(), indent=2)
     if args.output:
-        args.output.write_text(text + "\n", encoding="utf-8")
+        with writing(args.output):
+            args.output.write_text(text + "\n", encoding="utf-8")
     else:
         print(text)
     return EXIT_OK

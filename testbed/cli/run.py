@@ -63,7 +63,10 @@ def _run(args: argparse.Namespace) -> int:
                       f"--resume <run dir>")
         return 130
     if store.rows:
-        build_report(store.root)
+        try:
+            build_report(store.root)
+        finally:
+            store.hand_over()  # summary.md and plots/: the sudo user's, as the rest of the run
         print_results(console, store, results_table(store.frame(), store.root),
                       axis_tables(store.frame(), store.root))
     return code
@@ -73,7 +76,12 @@ def _report(args: argparse.Namespace) -> int:
     from testbed.report.report import build_report
     from testbed.runner.store import RunStore
 
-    RunStore.open(args.run_dir)  # a clear error when it is not a run directory
-    for path in build_report(args.run_dir):
+    store = RunStore.open(args.run_dir)  # a clear error when it is not a run directory
+    try:
+        written = build_report(args.run_dir)
+    finally:  # under sudo, what report wrote is the user's (not the rest of the directory)
+        for path in (store.root / "summary.md", store.root / "plots"):
+            store.hand_over(path)
+    for path in written:
         print(path)
     return EXIT_OK

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from testbed.errors import EXIT_OK, Problem, SpecError
+from testbed.errors import EXIT_OK, Problem, SpecError, writing
 
 COLUMNS = {  # predict() key → column title
     "predicted_iteration_time_s": "iter s",
@@ -60,11 +60,14 @@ def _simulate(args: argparse.Namespace) -> int:
     console.print(_table(le, rows, args.memory_limit))
     records = [{"cell_id": c.cell_id, **c.params, **pred} for c, pred in rows]
     if args.csv:
-        _write_csv(records, args.csv)
+        with writing(args.csv):
+            _write_csv(records, args.csv)
     if args.json:
-        args.json.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
+        with writing(args.json):
+            args.json.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
     if args.timeline:
-        return _write_timeline(le, plans, args.cell, args.timeline)
+        with writing(args.timeline):
+            return _write_timeline(le, plans, args.cell, args.timeline)
     return EXIT_OK
 
 

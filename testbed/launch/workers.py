@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from testbed.cell.celldir import CellDir
-from testbed.errors import WorkerError
+from testbed.errors import WorkerError, writing
 from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, Command, RankJob,
                                     cuda_device, program_argv, program_env, program_files,
                                     remote_argv, worker_args, worker_argv, worker_env)
@@ -108,7 +108,8 @@ def _command(net: Network, node: Node, plan: CellPlan, job: RankJob, here: CellD
         return Command(remote_argv(argv, {n: p.resolve() for n, p in files.items()}), env,
                        workdir)
     net.run(node, ["mkdir", "-p", str(workdir)])
-    placed = {name: workdir / name for name in files}
+    placed = {name: workdir / PurePath(name).name if PurePath(name).is_absolute()
+              else workdir / name for name in files}
     for name, local in files.items():  # each rank its own copy, in its own directory
         net.put(node, local, placed[name])
     return Command(remote_argv(argv, placed), env, workdir)
@@ -116,18 +117,21 @@ def _command(net: Network, node: Node, plan: CellPlan, job: RankJob, here: CellD
 
 def _link_files(workdir: Path, names: list[str], base_dir: Path) -> None:
     """Make ``workdir`` and link each of ``program.files`` into it under the name the program
-    uses, so it finds them as it did in the experiment file's directory."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        link = workdir / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.is_symlink():
-            link.symlink_to((base_dir / name).resolve())
+    uses (relative to the experiment file's directory; an absolute path under its file name),
+    so it finds them as it did there. Raises StorageError when that cannot be written."""
+    with writing(workdir, "create"):
+        workdir.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            link = workdir / (name if not PurePath(name).is_absolute() else PurePath(name).name)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.is_symlink():
+                link.symlink_to((base_dir / name).resolve())
 
 
 def _start(net: Network, node: Node, job: RankJob, command: Command, here: CellDir,
            there: CellDir, stack: ExitStack) -> ProcessHandle:
-    log = open(here.worker_log(job.rank), "wb")
+    with writing(here.worker_log(job.rank), "create"):
+        log = open(here.worker_log(job.rank), "wb")
     stack.callback(log.close)
     try:
         proc = net.start(node, command.argv, command.env, log,

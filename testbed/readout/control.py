@@ -19,7 +19,8 @@ from typing import Any
 
 from testbed.cell.celldir import CellDir
 from testbed.plan import CellPlan
-from testbed.readout.traces import by_period, load_traces, per_iteration, summarize
+from testbed.readout.traces import (by_period, iterations_from_optimizer, load_traces,
+                                    per_iteration, summarize)
 from testbed.spec import Workload
 
 
@@ -37,7 +38,10 @@ def wants_control(plan: CellPlan) -> bool:
 def control_metrics(d: Path, w: Workload, finished: bool = True) -> dict[str, Any]:
     """Iteration time, bubble and median busy time of a control run's traces (period basis).
     Raises WorkerError on bad traces."""
-    iters = by_period(per_iteration(load_traces(d, finished=finished)))
+    traces = load_traces(d, finished=finished)
+    if not any(r.get("type") == "iter" for recs in traces.values() for r in recs):
+        traces = iterations_from_optimizer(traces, w.warmup)  # as the cell's (readout)
+    iters = by_period(per_iteration(traces))
     got, busy = summarize(iters, w), busy_per_iteration(iters)
     return {"iteration_time_s": got["iteration_time_s"],
             "bubble_ratio": None if busy is None else got["bubble_ratio"], "busy_s": busy}

@@ -4,6 +4,8 @@
   (``testbed.train.instrument``): every metric, from its stages' compute and P2P waits;
 - ``marked``: a program calling ``testbed.train.instrument.iteration()``: iteration time and
   throughput only (no compute records, so no bubble);
+- ``optimizer``: a program that does neither: its optimizer steps (any ``torch.optim``
+  optimizer, seen through torch's global step hook) end its iterations; time and throughput;
 - ``regex``: ``program.iteration_regex`` over the first rank whose output matches it:
   iteration time and throughput;
 - ``none``: a program with neither: its wall time only, every metric empty (never guessed).
@@ -25,12 +27,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import WorkerError
 from testbed.cell.celldir import CellDir
-from testbed.readout.traces import load_traces, percentile
+from testbed.errors import WorkerError
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
 from testbed.readout.series import FIXED, PERIOD, Series, metrics_and_series
+from testbed.readout.traces import iterations_from_optimizer, load_traces, percentile
 from testbed.spec import Workload
 
 # what a program row cannot have without compute records
@@ -44,22 +46,47 @@ def program_metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer,
     of ranks that were stopped at exit as they are. Raises WorkerError when its traces (or
     output, for a regex) hold no measured iteration."""
     d, w = CellDir(Path(cell_dir)), plan.experiment.workload
-    if d.traces():
-        traces = load_traces(cell_dir, finished=finished)
-        out, series = metrics_and_series(cell_dir, plan, player, PERIOD, traces)
-        if any(r.get("cat") == "compute" for recs in traces.values() for r in recs):
-            return {**out, "metrics_source": "instrumented"}, series
-        return {**{k: v for k, v in out.items() if k not in NEEDS_COMPUTE},
-                "metrics_source": "marked"}, series
+    traces = load_traces(cell_dir, finished=finished) if d.traces() else {}
+    if _has(traces, "iter"):
+        return _traced(cell_dir, plan, player, traces, "marked")
     if w.program.iteration_regex:
-        times = regex_times(d, w.program.iteration_regex, len(plan.slots))
-        times = times[w.warmup:]
-        out = iteration_metrics(times, w)
-        series = [{**dict.fromkeys(FIXED), "iteration": w.warmup + k, "phase": 0,
-                   "iteration_time_s": round(t, 6), "step_during": 0}
-                  for k, t in enumerate(times)]
-        return {**out, "iteration_basis": "printed", "metrics_source": "regex"}, series
+        return _printed(d, plan)
+    if _has(traces, "opt"):
+        return _traced(cell_dir, plan, player, iterations_from_optimizer(traces, w.warmup),
+                       "optimizer")
     return {"metrics_source": "none"}, None
+
+
+def _traced(cell_dir: Path, plan: CellPlan, player: StepPlayer, traces: dict[int, list[dict]],
+            without_compute: str) -> tuple[dict[str, Any], Series]:
+    """Metrics and series from traces with iteration records: every metric where they have
+    compute records (``instrumented``), else iteration time and throughput
+    (``without_compute``)."""
+    out, series = metrics_and_series(cell_dir, plan, player, PERIOD, traces)
+    if _has_compute(traces):
+        return {**out, "metrics_source": "instrumented"}, series
+    return {**{k: v for k, v in out.items() if k not in NEEDS_COMPUTE},
+            "metrics_source": without_compute}, series
+
+
+def _printed(d: CellDir, plan: CellPlan) -> tuple[dict[str, Any], Series]:
+    """Metrics and series from the iteration times the program printed
+    (``iteration_regex``)."""
+    w = plan.experiment.workload
+    times = regex_times(d, w.program.iteration_regex, len(plan.slots))[w.warmup:]
+    out = iteration_metrics(times, w)
+    series = [{**dict.fromkeys(FIXED), "iteration": w.warmup + k, "phase": 0,
+               "iteration_time_s": round(t, 6), "step_during": 0}
+              for k, t in enumerate(times)]
+    return {**out, "iteration_basis": "printed", "metrics_source": "regex"}, series
+
+
+def _has_compute(traces: dict[int, list[dict]]) -> bool:
+    return any(r.get("cat") == "compute" for recs in traces.values() for r in recs)
+
+
+def _has(traces: dict[int, list[dict]], kind: str) -> bool:
+    return any(r.get("type") == kind for recs in traces.values() for r in recs)
 
 
 def iteration_metrics(seconds: list[float], w: Workload) -> dict[str, Any]:

@@ -75,6 +75,21 @@ def load_traces(cell_dir: Path, finished: bool = True) -> dict[int, list[dict]]:
     return out
 
 
+def iterations_from_optimizer(traces: dict[int, list[dict]], warmup: int
+                              ) -> dict[int, list[dict]]:
+    """``traces`` with ``iter`` records made from ``opt`` records (a program's optimizer
+    steps), for a program that neither pipelines nor marks its iterations: iteration k runs
+    from optimizer step k − 1 to step k (iteration 0, from the program's start, is not
+    known); the first ``warmup`` are warm-up."""
+    out = {}
+    for rank, recs in traces.items():
+        steps = sorted(r["t"] for r in recs if r.get("type") == "opt")
+        made = [{"type": "iter", "iter": k, "warmup": k < warmup, "t0": t0, "t1": t1,
+                 "loss": None} for k, (t0, t1) in enumerate(zip(steps, steps[1:]), start=1)]
+        out[rank] = [r for r in recs if r.get("type") not in ("opt", "iter")] + made
+    return out
+
+
 def percentile(values: list[float], q: float) -> float:
     v = sorted(values)
     k = (len(v) - 1) * q / 100

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from testbed.report.spread import iterations_of  # noqa: E402
-from testbed.runner.store import cell_path  # noqa: E402
+from testbed.runner.store import cell_path, save_figure  # noqa: E402
 
 
 def phase_plots(ok: pd.DataFrame, run_dir: Path, plots: Path) -> list[Path]:
@@ -46,6 +46,6 @@ def _plot(it: pd.DataFrame, steps: list[dict], path: Path, name: str) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return path

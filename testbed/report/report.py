@@ -12,10 +12,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from testbed.readout import columns
+from testbed.errors import writing  # noqa: E402
+from testbed.readout import columns  # noqa: E402
 from testbed.report import sections, tables  # noqa: E402
 from testbed.report.phaseplot import phase_plots  # noqa: E402
-from testbed.runner.store import atomic_write, cell_path  # noqa: E402
+from testbed.runner.store import atomic_write, cell_path, save_figure  # noqa: E402
 from testbed.traceformat import read_trace  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -30,12 +31,14 @@ def swept_columns(df: pd.DataFrame) -> list[str]:
 def build_report(run_dir: Path) -> list[Path]:
     """Write summary.md and plots/*.png for ``run_dir``; returns the files written.
 
-    Raises FileNotFoundError when results.csv is missing.
+    Raises FileNotFoundError when results.csv is missing, StorageError when a file cannot be
+    written.
     """
     run_dir = Path(run_dir)
     df = pd.read_csv(run_dir / "results.csv")
     plots = run_dir / "plots"
-    plots.mkdir(exist_ok=True)
+    with writing(plots, "create"):
+        plots.mkdir(exist_ok=True)
     written = [_summary(df, run_dir)]
     ok = df[df["status"] == "ok"]
     if len(ok):
@@ -127,7 +130,7 @@ def _line_plot(df, x, y, group, path, title, xlabel, ylabel) -> Path | None:
     if group:
         ax.legend(title=group)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -169,6 +172,6 @@ def _timeline_plot(ok: pd.DataFrame, run_dir: Path, plots: Path) -> list[Path]:
               bbox_to_anchor=(0.5, 1.08), frameon=False)
     fig.tight_layout()
     path = plots / "timeline.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return [path]

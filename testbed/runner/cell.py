@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.cell.celldir import CellDir
-from testbed.errors import TestbedError
+from testbed.errors import StorageError, TestbedError, writing
 from testbed.launch.pool import RankPool
 from testbed.launch.supervise import watch_workers
 from testbed.launch.workers import start_workers
@@ -79,13 +79,17 @@ class CellRunner:
             self.backend.close()
 
     def run(self, plan: CellPlan, repeat: int) -> dict[str, Any]:
-        """Run one cell × repeat; always returns its row (status ok or failed)."""
+        """Run one cell × repeat; returns its row (status ok or failed). Raises StorageError
+        when the cell's files cannot be written (a full disk): no later cell could record its
+        results either, so the sweep stops (the network is torn down on the runner's exit)."""
         row = self._base_row(plan, repeat)
         t0 = time.monotonic()
         try:
             row.update(self._run(plan, repeat, CellDir(self.store.cell_dir(plan.cell.cell_id,
                                                                            repeat))))
             row["status"], row["error"] = "ok", ""
+        except StorageError:
+            raise
         except TestbedError as e:
             log.warning("cell %s failed: %s", plan.cell.cell_id, e)
             row["status"], row["error"] = "failed", _one_line(str(e))
@@ -113,7 +117,8 @@ class CellRunner:
 
     def _run(self, plan: CellPlan, repeat: int, cell_dir: CellDir) -> dict[str, Any]:
         exp = plan.experiment
-        plan.cell_file(self.store.run_id, repeat).write(Path(cell_dir.cell_file))
+        with writing(cell_dir.cell_file):
+            plan.cell_file(self.store.run_id, repeat).write(Path(cell_dir.cell_file))
         clock = _Phases()
         net, shaper = self.live.acquire(plan, Path(cell_dir.net))
         clock.mark("network")
@@ -142,7 +147,8 @@ class CellRunner:
         row.update(_metrics(cell_dir, plan, player, exits))
         row.update(control_columns(plan, self.controls, row, Path(cell_dir.root)))
         row.update(assess(Path(cell_dir.root), plan, row, cpu, self.backend.hosts_here))
-        export(Path(cell_dir.root))
+        with writing(cell_dir.perfetto):
+            export(Path(cell_dir.root))
         clock.mark("metrics")
         log.info("cell %s/%d took %s", plan.cell.cell_id, repeat, clock)
         return row
@@ -212,7 +218,8 @@ def _drops(shaper: Shaper, before: dict[str, Any] | None = None) -> dict[str, An
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    with writing(path):
+        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
 def _one_line(text: str) -> str:

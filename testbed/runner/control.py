@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from testbed.cell.celldir import CellDir
-from testbed.errors import TestbedError
+from testbed.errors import StorageError, TestbedError, writing
 from testbed.launch.loopback import run_program_local
 from testbed.plan import CellPlan
 from testbed.readout.control import control_key, control_metrics, wants_control
+from testbed.runner.store import atomic_write
 from testbed.runner.tracewatch import IterationWatch
 from testbed.spec import Workload
 
@@ -46,17 +47,20 @@ def run_controls(plans: list[CellPlan], run_root: Path, say=print) -> dict[str, 
         say(f"control run {key} (cell {plan.cell.cell_id}): the program over loopback, "
             f"no emulated network")
         out[key] = _run_one(w, d, plan.experiment.timeout_s)
-        saved.write_text(json.dumps(out[key], indent=2), encoding="utf-8")
+        atomic_write(saved, json.dumps(out[key], indent=2).encode())
         log.info("control run %s: %s", key, out[key])
     return out
 
 
 def _run_one(w: Workload, d: Path, timeout_s: float) -> dict[str, Any]:
-    d.mkdir(parents=True, exist_ok=True)
+    with writing(d, "create"):
+        d.mkdir(parents=True, exist_ok=True)
     watches = {r: IterationWatch(Path(CellDir(d).trace(r))) for r in range(w.world_size)}
     try:
         exits = run_program_local(w, d, timeout_s, lambda: {
             r for r, x in watches.items() if x.done() >= w.iterations})
         return control_metrics(d, w, finished=not exits)
-    except TestbedError as e:
+    except StorageError:
+        raise
+    except TestbedError as e:  # the program failed over loopback too: its rows say so
         return {"error": str(e).splitlines()[0]}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +22,8 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from testbed.errors import EXIT_CELLS_FAILED, EXIT_OK, Problem, SpecError
+from testbed.errors import (EXIT_CELLS_FAILED, EXIT_OK, Problem, SpecError, StorageError,
+                            writing)
 from testbed.net.backends import experiment_backend
 from testbed.plan import CellPlan, plan_all
 from testbed.runner.cell import CellRunner
@@ -86,9 +88,34 @@ def _signals_as_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
+class _RunLogHandler(logging.FileHandler):
+    """run.log. A write that fails (a full disk) ends the log with one warning on stderr,
+    instead of logging's traceback for every record after it; the run goes on."""
+
+    failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.failed:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if self.failed:
+            return
+        self.failed = True
+        e = sys.exc_info()[1]
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        sys.stderr.write(f"warning: cannot write {self.baseFilename}: {reason}; the run goes "
+                         "on without its log\n")
+
+
+def _open_run_log(store: RunStore) -> logging.Handler:
+    path = store.root / "run.log"
+    with writing(path):
+        return _RunLogHandler(path)
+
+
 @contextmanager
-def _run_log(store: RunStore) -> Iterator[None]:
-    handler = logging.FileHandler(store.root / "run.log")
+def _run_log(handler: logging.Handler) -> Iterator[None]:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
     root = logging.getLogger()
@@ -108,24 +135,36 @@ def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int,
 
     Exit code 0 when every row is ok, 1 when some cell failed. Raises SpecError for bad input
     (including cells that cannot be planned: nothing is built then), MachineError when the
-    machine cannot run it, Interrupted when stopped by a signal.
+    machine cannot run it, StorageError when results cannot be written (exit 3 before the
+    sweep, 1 during it: the sweep stops, the network is torn down, rows written stay),
+    Interrupted when stopped by a signal.
     """
     le = load_experiment(path)
     plans = plan_all(le, select_cells(le, opts.only))
-    store = open_store(le, opts)
-    store.write_json("resolved.json", {p.cell.cell_id: resolved(p) for p in plans})
     exp = le.experiment
+    try:  # nothing has run yet: a results directory that cannot be written is exit 3
+        store = open_store(le, opts)
+        store.write_json("resolved.json", {p.cell.cell_id: resolved(p) for p in plans})
+        log_handler = _open_run_log(store)
+    except StorageError as e:
+        raise e.before_run() from e
     todo = [(p, r) for p in plans for r in range(exp.repeat)
             if (p.cell.cell_id, r) not in store.finished()]
     console.print(f"run [bold]{store.root}[/]: {len(todo)} of {len(plans) * exp.repeat} "
                   f"cell runs to do")
-    with _run_log(store), _signals_as_interrupt():
-        # before any network or rank interpreter exists: nothing else of the harness runs
-        controls = run_controls([p for p, _ in todo], store.root,
-                                say=lambda m: console.print(m, highlight=False))
-        with CellRunner(experiment_backend(exp, Path(le.path).parent), exp.shaper, store,
-                        warm=not opts.cold, controls=controls) as runner:
-            _sweep(todo, runner, store, console, opts.quiet)
+    try:
+        with _run_log(log_handler), _signals_as_interrupt():
+            # before any network or rank interpreter exists: nothing else of the harness runs
+            controls = run_controls([p for p, _ in todo], store.root,
+                                    say=lambda m: console.print(m, highlight=False))
+            with CellRunner(experiment_backend(exp, Path(le.path).parent), exp.shaper, store,
+                            warm=not opts.cold, controls=controls) as runner:
+                _sweep(todo, runner, store, console, opts.quiet)
+    except StorageError as e:  # the network is down (the runner's exit); rows so far kept
+        raise e.with_hint(f"{store.csv_path} keeps the rows written before; continue with "
+                          f"--resume {store.root}") from e
+    finally:  # under sudo: run.log, net/ files and cells of a stopped sweep are the user's too
+        store.hand_over()
     failed = [r for r in store.rows if r.get("status") != "ok"]
     return (EXIT_CELLS_FAILED if failed else EXIT_OK), store
 

@@ -11,19 +11,21 @@ Layout (``results/<experiment>/<run-id>/``)::
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from testbed.errors import Problem, SpecError
+from testbed.errors import Problem, SpecError, StorageError, writing
 from testbed.readout import columns
+from testbed.runner.owner import Owner, missing_dirs
 
 
 
@@ -33,37 +35,69 @@ def new_run_id() -> str:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old or the new file, never a torn one."""
+    """Write ``data`` to ``path`` so readers see the old or the new file, never a torn one.
+
+    Raises StorageError (naming ``path``) when it cannot be written, e.g. on a full disk: the
+    old file is then as it was and the temporary file is removed."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        with writing(path):
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+    except StorageError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # never made (a read-only directory): nothing to remove
+        raise
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+    """Write a matplotlib figure as a PNG, atomically (a full disk leaves no half image);
+    raises StorageError when it cannot be written."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    atomic_write(path, buf.getvalue())
+    return path
 
 
 @dataclass
 class RunStore:
-    """One run directory: rows in memory mirrored to results.csv after every change."""
+    """One run directory: rows in memory mirrored to results.csv after every change. Under
+    sudo, what it writes is given to the user who ran sudo (``owner``, see
+    ``testbed.runner.owner``): the table and each row's cell directory as they are written,
+    the rest by ``hand_over``."""
 
     root: Path
     experiment: str
     run_id: str
     rows: list[dict[str, Any]]
+    owner: Owner | None = field(default_factory=Owner.from_sudo)
 
     @classmethod
     def create(cls, results_root: Path, experiment_name: str, source: Path) -> "RunStore":
-        """Make ``results_root/<experiment>/<new run id>/`` and copy the experiment file in."""
+        """Make ``results_root/<experiment>/<new run id>/`` and copy the experiment file in;
+        raises StorageError when it cannot."""
         run_id = new_run_id()
         root = Path(results_root) / experiment_name / run_id
-        (root / "cells").mkdir(parents=True)
-        shutil.copyfile(source, root / "experiment.yaml")
-        return cls(root, experiment_name, run_id, [])
+        made = missing_dirs(root)
+        with writing(root, "create"):
+            (root / "cells").mkdir(parents=True)
+        with writing(root / "experiment.yaml"):
+            shutil.copyfile(source, root / "experiment.yaml")
+        store = cls(root, experiment_name, run_id, [])
+        for d in made:  # the parents this run made are the user's too, not those that were
+            store.hand_over(d, recursive=False)
+        store.hand_over()
+        return store
 
     @classmethod
     def open(cls, run_dir: Path) -> "RunStore":
@@ -87,7 +121,8 @@ class RunStore:
     def cell_dir(self, cell_id: str, repeat: int) -> Path:
         """The directory for one cell × repeat (created)."""
         d = cell_path(self.root, cell_id, repeat)
-        d.mkdir(parents=True, exist_ok=True)
+        with writing(d, "create"):
+            d.mkdir(parents=True, exist_ok=True)
         return d
 
     def finished(self) -> set[tuple[str, int]]:
@@ -99,6 +134,7 @@ class RunStore:
         key = (row["cell_id"], int(row["repeat"]))
         self.rows = [r for r in self.rows if (r["cell_id"], int(r["repeat"])) != key] + [row]
         self.write()
+        self.hand_over(cell_path(self.root, *key))
 
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame with the contract's column order."""
@@ -109,16 +145,24 @@ class RunStore:
         """Write results.csv (and results.parquet when possible), each atomically."""
         df = self.frame()
         atomic_write(self.csv_path, df.to_csv(index=False).encode())
+        self.hand_over(self.csv_path)
         try:
-            import io
             buf = io.BytesIO()
             df.astype({c: "string" for c in df.columns if df[c].dtype == object}).to_parquet(buf)
             atomic_write(self.root / "results.parquet", buf.getvalue())
+            self.hand_over(self.root / "results.parquet")
         except ImportError:
             pass
 
     def write_json(self, name: str, data: Any) -> None:
         atomic_write(self.root / name, json.dumps(data, indent=2, default=str).encode())
+        self.hand_over(self.root / name)
+
+    def hand_over(self, path: Path | None = None, recursive: bool = True) -> None:
+        """Under sudo, give ``path`` (default: the whole run directory) and, when
+        ``recursive``, everything beneath it to the user who ran sudo; else nothing."""
+        if self.owner is not None:
+            self.owner.give(self.root if path is None else path, recursive)
 
 
 def cell_path(run_dir: Path, cell_id: str, repeat: int) -> Path:

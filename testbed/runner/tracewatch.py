@@ -7,19 +7,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-# an iteration record as the worker writes it (compact JSON, type first)
+# an iteration record as the worker writes it (compact JSON, type first), and an optimizer
+# step's (a program's iterations where it has no iteration records)
 _ITER_PREFIX = b'{"type":"iter"'
+_OPT_PREFIX = b'{"type":"opt"'
 
 
 class IterationWatch:
-    """``done()``: the number of iterations whose ``iter`` record is in the trace at ``path``
-    (0 while the file does not exist). Reads only what was appended since the last call."""
+    """``done()``: the number of iterations whose ``iter`` record is in the trace at ``path``,
+    or of ``opt`` records (optimizer steps) where there are more (0 while the file does not
+    exist). Reads only what was appended since the last call."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self._offset = 0
         self._partial = b""
         self._done = 0
+        self._steps = 0
 
     def done(self) -> int:
         try:
@@ -34,4 +38,6 @@ class IterationWatch:
         for line in lines:
             if line.startswith(_ITER_PREFIX):
                 self._done = max(self._done, json.loads(line)["iter"] + 1)
-        return self._done
+            elif line.startswith(_OPT_PREFIX):
+                self._steps += 1
+        return max(self._done, self._steps)

@@ -135,9 +135,15 @@ def _in_cell(p: Problem, src: Source, cell_params: dict | None) -> Problem:
             line, col = src.where(("matrix", key))
             if (line, col) == (0, 0):
                 line, col = _zip_where(src, key)
-            return Problem(p.file, line, col, p.path, f"{p.message} (matrix value {value!r})")
+            return Problem(p.file, line, col, p.path,
+                           f"{p.message} (matrix value {_as_written(value)})")
     return Problem(p.file, p.line, p.column, p.path,
                    f"{p.message} (in cell {params_text(cell_params)})")
+
+
+def _as_written(value: object) -> str:
+    """A matrix value as YAML spells it (true, not Python's True); others as repr."""
+    return ("true" if value else "false") if isinstance(value, bool) else repr(value)
 
 
 def _zip_where(src: Source, key: str) -> tuple[int, int]:

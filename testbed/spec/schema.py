@@ -1,7 +1,14 @@
-"""The JSON Schema of the experiment file, for editors (yaml-language-server)."""
+"""The JSON Schema of the experiment file, for editors (yaml-language-server).
+
+It agrees with what ``validate`` accepts under YAML 1.2 (which editors read too): a number
+field is ``number`` or ``integer``, and JSON Schema's numbers exclude booleans and text, as
+testbed's do (``testbed.topology.linkprofile.Strict``); the one text a delay may be is a
+multiple of one stage's forward time ('2xTF').
+"""
 from __future__ import annotations
 
 from testbed.spec.models import Experiment
+from testbed.topology.linkprofile import RELATIVE_DELAY
 
 
 def json_schema() -> dict:
@@ -21,4 +28,10 @@ def json_schema() -> dict:
                        "exclude": {"type": "array", "items": {"type": "object"}}},
         "additionalProperties": {"type": "array", "minItems": 1},
     }
+    for model in schema.get("$defs", {}).values():
+        delay = model.get("properties", {}).get("delay_ms")
+        for member in (delay or {}).get("anyOf", []):
+            if member.get("type") == "string":
+                member.update(pattern=RELATIVE_DELAY.pattern,
+                              description="a multiple of one stage's forward time, e.g. '2xTF'")
     return schema

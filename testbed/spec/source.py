@@ -1,6 +1,9 @@
 """Positioned YAML: a parsed file that knows the line and column of every key and item, and the
 translation of pydantic's errors into :class:`testbed.errors.Problem` at those positions.
 
+Plain scalars are read as YAML 1.2's core schema says (``testbed.spec.yaml12``), not as
+PyYAML's YAML 1.1: ``010`` is ten, ``yes``, ``on`` and ``1:30`` are text.
+
 Input files may be hostile; reading them is bounded. Only regular files are read (a FIFO or a
 device would block or never end), up to a size cap; the text must be UTF-8. YAML anchors and
 aliases are refused outright: an alias repeats a subtree, so a few lines of them expand into
@@ -19,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from testbed.errors import Problem, SpecError
+from testbed.spec.yaml12 import use_core_schema
 
 Loc = tuple[Any, ...]
 
@@ -66,8 +70,10 @@ class _Refused(yaml.MarkedYAMLError):
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing anchors, aliases and nesting deeper than MAX_YAML_DEPTH
-    before it composes them, and reporting values it cannot construct at their position."""
+    """PyYAML's safe loader reading plain scalars as YAML 1.2's core schema does
+    (``testbed.spec.yaml12``: ``010`` is ten, ``yes`` and ``1:30`` are strings), refusing
+    anchors, aliases and nesting deeper than MAX_YAML_DEPTH before it composes them, and
+    reporting values it cannot construct at their position."""
 
     def __init__(self, stream: str):
         super().__init__(stream)
@@ -87,16 +93,9 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_int(self, node: yaml.Node) -> int:
-        """An integer of at most 64 bits: longer ones are no setting of this project's, and
-        Python refuses to print integers of over 4300 digits."""
-        value = self.construct_yaml_int(node)
-        if abs(value) >= 1 << 63:
-            raise ValueError(f"integers must fit in 64 bits (this one has {value.bit_length()})")
-        return value
-
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        # a scalar Python cannot turn into a value: an integer of over 4300 digits, 2000-13-45
+        # a scalar Python cannot turn into a value: an integer of over 4300 digits, a
+        # tagged !!timestamp 2000-13-45
         try:
             return super().construct_object(node, deep)
         except (ValueError, OverflowError) as e:
@@ -104,7 +103,7 @@ class _BoundedLoader(yaml.SafeLoader):
                            problem_mark=node.start_mark) from None
 
 
-_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_int)
+use_core_schema(_BoundedLoader)
 
 
 def parse_yaml(text: str, file: str) -> Source:
@@ -117,14 +116,14 @@ def parse_yaml(text: str, file: str) -> Source:
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
+        src = Source(file, data)
+        dupes: list[Problem] = []
+        if node is not None:
+            _walk(node, (), src, dupes, loader)
     except yaml.YAMLError as e:
         raise SpecError([_yaml_problem(e, text, file)]) from None
     finally:
         loader.dispose()
-    src = Source(file, data)
-    dupes: list[Problem] = []
-    if node is not None:
-        _walk(node, (), src, dupes)
     if dupes:
         raise SpecError(dupes)
     return src
@@ -148,23 +147,25 @@ def _line_col(text: str, offset: int) -> tuple[int, int]:
     return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
 
 
-def _walk(node: yaml.Node, loc: Loc, src: Source, dupes: list[Problem]) -> None:
+def _walk(node: yaml.Node, loc: Loc, src: Source, dupes: list[Problem],
+          loader: _BoundedLoader) -> None:
     if isinstance(node, yaml.MappingNode):
         seen: set[Any] = set()
         for key_node, value_node in node.value:
-            key = yaml.safe_load(yaml.serialize(key_node)) if key_node.tag != \
-                "tag:yaml.org,2002:str" else key_node.value
+            # a key as the document has it (010: is the integer 10, on: the string 'on')
+            key = key_node.value if key_node.tag == "tag:yaml.org,2002:str" else \
+                loader.construct_object(key_node, deep=True)
             child = loc + (key,)
             pos = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             if key in seen:
                 dupes.append(Problem(src.file, *pos, _dotted(child), "key given twice"))
             seen.add(key)
             src.positions[child] = pos
-            _walk(value_node, child, src, dupes)
+            _walk(value_node, child, src, dupes, loader)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             src.positions[loc + (i,)] = (item.start_mark.line + 1, item.start_mark.column + 1)
-            _walk(item, loc + (i,), src, dupes)
+            _walk(item, loc + (i,), src, dupes, loader)
 
 
 def read_source(path: Path) -> Source:
@@ -244,6 +245,10 @@ def _description(model: type[BaseModel], loc: Loc) -> str:
     return (f.description or "") if f else ""
 
 
+# error kinds whose message already quotes the value (or should not: a pattern's subject)
+_SHOWS_VALUE = ("string_pattern_mismatch", "bool_not_number", "not_a_number")
+
+
 def _base_messages(e: dict, loc: Loc, model: type[BaseModel]) -> list[str]:
     kind, msg = e["type"], e["msg"]
     if kind == "extra_forbidden":
@@ -255,7 +260,7 @@ def _base_messages(e: dict, loc: Loc, model: type[BaseModel]) -> list[str]:
         msg = msg.removeprefix("Value error, ")
         return msg.split("; ")
     got = e.get("input")
-    if isinstance(got, (int, float, str, bool)) and kind not in ("string_pattern_mismatch",):
+    if isinstance(got, (int, float, str, bool)) and kind not in _SHOWS_VALUE:
         return [f"{msg[0].lower()}{msg[1:]} (got {_shown(got)})"]
     return [msg[0].lower() + msg[1:]]
 

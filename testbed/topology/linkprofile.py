@@ -8,9 +8,9 @@ import ipaddress
 import math
 import re
 from enum import Enum
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import (BaseModel, ConfigDict, Field, field_validator,
+from pydantic import (BaseModel, ConfigDict, Field, ValidationInfo, field_validator,
                       model_validator)
 from pydantic_core import PydanticCustomError
 
@@ -29,11 +29,80 @@ MAX_DELAY_MS = 10_000
 RELATIVE_DELAY = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*x\s*TF\s*$")
 
 
+# Longest text of a wrong value quoted in a message.
+SHOWN_VALUE_CHARS = 40
+
+
 class Strict(BaseModel):
     """Base for every file-backed model: unknown keys and non-finite numbers (nan, inf) are
-    errors."""
+    errors, and a numeric field takes numbers only: pydantic's lax mode would read true as 1
+    and false as 0, and a word such as 'yes' (a boolean in YAML 1.1) is no number either."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, v: object, info: ValidationInfo) -> object:
+        if not isinstance(v, (bool, str)):
+            return v
+        numeric, takes_text = _field_kind(cls, info.field_name)
+        if not numeric:
+            return v
+        if isinstance(v, bool):
+            raise PydanticCustomError("bool_not_number", "{value} is a boolean, not a number; "
+                                      "write 1 or 0", {"value": "true" if v else "false"})
+        if not takes_text and not _parses_as_number(v):
+            raise not_a_number(v)
+        return v
+
+
+def not_a_number(text: str) -> PydanticCustomError:
+    """The error for ``text`` given where a number is wanted, saying what to write instead."""
+    shown = repr(text if len(text) <= SHOWN_VALUE_CHARS else text[:SHOWN_VALUE_CHARS] + "…")
+    return PydanticCustomError("not_a_number", "{text} is not a number; write a number such "
+                               "as {hint}", {"text": shown, "hint": number_hint(text)})
+
+
+def number_hint(text: str) -> str:
+    """A number to write instead of ``text``: YAML 1.1's words for true and false become 1
+    and 0, a base-60 number (``1:30``, which YAML 1.2 reads as text) its value, else 1."""
+    word = text.strip().lower()
+    if word in ("no", "n", "off", "false"):
+        return "0"
+    if re.fullmatch(r"[-+]?[0-9]+(?::[0-5]?[0-9])+(?:\.[0-9]*)?", word):
+        total = 0.0
+        for part in word.lstrip("+-").split(":"):
+            total = total * 60 + float(part)
+        return f"{-total if word.startswith('-') else total:g}"
+    return "1"
+
+
+def _parses_as_number(text: str) -> bool:
+    try:
+        float(text)  # what pydantic's lax mode reads (CSV link traces give numbers as text)
+    except ValueError:
+        return False
+    return True
+
+
+_FIELD_KINDS: dict[tuple[type, str], tuple[bool, bool]] = {}
+
+
+def _field_kind(model: type[BaseModel], name: str) -> tuple[bool, bool]:
+    """(takes numbers but not booleans, also takes text) of a field's annotation."""
+    key = (model, name)
+    if key not in _FIELD_KINDS:
+        leaves = _leaf_types(model.model_fields[name].annotation)
+        _FIELD_KINDS[key] = (bool({int, float} & leaves) and bool not in leaves,
+                             str in leaves)
+    return _FIELD_KINDS[key]
+
+
+def _leaf_types(annotation: object) -> set[object]:
+    args = get_args(annotation)
+    if not args:
+        return {annotation}
+    return set().union(*(_leaf_types(a) for a in args))
 
 
 class JitterDistribution(str, Enum):
@@ -95,11 +164,9 @@ class LinkProfile(Strict):
         # a number as text (CSV link traces) becomes one; nan and inf are refused here, before
         # the float | str union, which would report them once per member
         if isinstance(v, str) and not RELATIVE_DELAY.match(v):
-            try:
-                v = float(v)
-            except ValueError:
-                raise ValueError(f"not a delay: {v!r} (give ms, or a multiple of one stage's "
-                                 "forward time such as '2xTF')") from None
+            if not _parses_as_number(v):
+                raise not_a_number(v)
+            v = float(v)
         if isinstance(v, float) and not math.isfinite(v):
             raise PydanticCustomError("finite_number", "Input should be a finite number")
         return v

@@ -144,3 +144,26 @@ def test_one_measured_iteration_falls_back_to_each_ranks_own_time():
 def test_bad_iteration_regex_is_refused():
     with pytest.raises(ValueError, match="named group"):
         Program(argv=["x"], iteration_regex="took ([0-9]+)")
+
+
+def test_a_program_known_only_by_its_optimizer_steps_is_timed_by_them(tmp_path):
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    for r in range(2):  # steps every 2 s on each rank; rank 1 half a second later
+        recs = [{"type": "meta", "rank": r, "world_size": 2}]
+        recs += [{"type": "opt", "t": k * 2 * S + r * S // 2} for k in range(5)]
+        recs.append({"type": "end", "status": "ok", "error": None, "t": 0})
+        (cell / f"trace-rank{r}.jsonl").write_text("\n".join(json.dumps(x) for x in recs))
+    got = _metrics(tmp_path)
+    assert got["metrics_source"] == "optimizer" and "bubble_ratio" not in got
+    assert got["iteration_time_s"] == pytest.approx(2.0)
+    # 5 steps: iterations 1-4 known (0, the warm-up, began before any step), the last has
+    # no next start
+    assert got["iterations_measured"] == 3
+
+
+def test_an_iteration_regex_wins_over_optimizer_steps(tmp_path):
+    test_a_program_known_only_by_its_optimizer_steps_is_timed_by_them(tmp_path)
+    (tmp_path / "cell" / "worker-rank0.log").write_text("took 5 ms\ntook 7 ms\ntook 9 ms\n")
+    got = _metrics(tmp_path, REGEX)
+    assert got["metrics_source"] == "regex" and got["iteration_time_s"] == pytest.approx(0.008)

@@ -4,7 +4,7 @@ how far the program's compute stretched. At no added delay the row is within 3 %
 control run; a cell whose compute is slowed by something the control run did not have (here
 two CPU hogs started once the cell's ranks run) is marked degraded, naming the stretch.
 
-The program is tests/runner/programs/user_pipeline.py, a plain script (GPipe, no barrier).
+The program is examples/plain_pipeline.py, a plain script (GPipe, no barrier).
 Root (namespaces), torch (real processes)."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from testbed.process import stop_process
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow,
               pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAM = Path(__file__).parent / "programs" / "user_pipeline.py"
+PROGRAM = ROOT / "examples" / "plain_pipeline.py"
 # the issue's target: with no added delay, within 3 % of the control run
 CONTROL_REL = 0.03
 EXP = """name: ctl

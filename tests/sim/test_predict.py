@@ -83,7 +83,7 @@ def test_relative_delay_in_a_topology_is_an_error_with_its_position(tmp_path):
 
 
 def test_a_delay_that_is_neither_ms_nor_relative_is_an_error(tmp_path):
-    with pytest.raises(SpecError, match="not a delay: '3ms'"):
+    with pytest.raises(SpecError, match="'3ms' is not a number; write a number such as 1"):
         load_experiment(write(tmp_path, delay='"3ms"'))
 
 

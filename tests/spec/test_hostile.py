@@ -77,7 +77,13 @@ def _assert_refused_quickly(path: Path, expected_line: str) -> None:
 def test_every_class_of_hostile_file_is_kept():
     names = {p.stem.removeprefix("hostile_") for p in HOSTILE}
     assert {"billion_laughs", "not_utf8", "binary_garbage", "deeply_nested", "nan_delay",
-            "trace_csv_device", "matrix_millions", "huge_integer"} <= names
+            "trace_csv_device", "matrix_millions", "huge_integer",
+            # YAML 1.1's readings (yes, 1:30, 010) and booleans taken as numbers
+            "yaml11_yes_delay", "yaml11_base60_delay", "yaml11_octal_pp", "bool_rate",
+            "bool_microbatches", "bool_forward_ms", "matrix_yes_delay",
+            "matrix_bool_microbatches"} <= names
+    assert {p.stem.removeprefix("hostile_") for p in HOSTILE_TOPOLOGIES} >= {
+        "bool_hosts", "yaml11_off_loss"}
 
 
 @pytest.mark.parametrize("path", HOSTILE, ids=[p.stem for p in HOSTILE])
@@ -182,7 +188,9 @@ def test_a_single_alias_is_refused_too():
 @pytest.mark.parametrize("text,message", [
     ("seed: 9223372036854775808\n", "1:7 cannot read this value: integers must fit in 64 bits "
                                      "(this one has 64)"),
-    ("seed: 2000-13-45\n", "1:7 cannot read this value: month must be in 1..12")])
+    # YAML 1.2 has no implicit dates (2000-13-45 is a string): only a tagged one is read
+    ("seed: !!timestamp 2000-13-45\n", "1:7 cannot read this value: month must be in 1..12"),
+    ("seed: !!int yes\n", "1:7 cannot read this value: 'yes' is not an integer")])
 def test_values_python_cannot_construct_are_reported_at_their_position(text, message):
     with pytest.raises(SpecError) as e:
         parse_yaml(text, "f.yaml")

@@ -21,7 +21,7 @@ import subprocess
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed.errors import MachineError, ShapingError
+from testbed.errors import MachineError, ShapingError, writing
 from testbed.net.backends.base import Backend
 from testbed.net.lab import ssh
 from testbed.net.lab.lab import Lab, LabSettings
@@ -173,12 +173,13 @@ def bring_up(backend: RemoteBackend, topology: Topology, links: list[ResolvedLin
     lab = backend.lab
     net = backend.build(topology, links, Ledger(new_tag()))
     stack.callback(net.teardown)
-    record_dir.mkdir(parents=True, exist_ok=True)
-    (record_dir / "lab.json").write_text(json.dumps(
-        {"versions": lab.versions, "clocks": lab.clock_report(), "netem": lab.netem,
-         "gpus": lab.gpus,
-         "hosts": {n.name: {"dc": n.dc, "addr": str(lab.host(n.name).addr),
-                            "iface": n.iface} for n in net.hosts.values()}}, indent=2))
+    with writing(record_dir / "lab.json"):
+        record_dir.mkdir(parents=True, exist_ok=True)
+        (record_dir / "lab.json").write_text(json.dumps(
+            {"versions": lab.versions, "clocks": lab.clock_report(), "netem": lab.netem,
+             "gpus": lab.gpus,
+             "hosts": {n.name: {"dc": n.dc, "addr": str(lab.host(n.name).addr),
+                                "iface": n.iface} for n in net.hosts.values()}}, indent=2))
     sh = RemoteShaper(lab, shaping_plan(net), name=shaper, lab_links=links)
     stack.callback(sh.stop)
     sh.apply()

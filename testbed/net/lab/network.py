@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 from typing import IO
 
+from testbed.errors import writing
 from testbed.net.lab import ssh
 from testbed.net.lab.inventory import LabHost
 from testbed.net.lab.lab import Lab
@@ -117,4 +118,5 @@ class RemoteNetwork(Network):
             if there.suffix == TRACE_SUFFIX:
                 text = align_trace(text, off.monotonic_offset_ns if off else 0,
                                    off.uncertainty_ns if off else 0)
-            Path(here).write_text(text, encoding="utf-8")
+            with writing(here):
+                Path(here).write_text(text, encoding="utf-8")

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 
-from testbed.errors import MachineError, ShapingError
+from testbed.errors import MachineError, ShapingError, writing
 from testbed.net.ledger import stop_pids
 from testbed.net.shaping import tc
 from testbed.net.shaping.namespace import Direction, NamespaceShaper, read_qdiscs, run_all
@@ -110,17 +110,21 @@ class DelayLineShaper(NamespaceShaper):
 
     def _write_config(self, d: Direction) -> None:
         tmp = d.config.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._config(d)))
-        os.replace(tmp, d.config)
+        with writing(d.config):
+            tmp.write_text(json.dumps(self._config(d)))
+            os.replace(tmp, d.config)
 
     def _start(self, d: Direction) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        with writing(self.workdir, "create"):
+            self.workdir.mkdir(parents=True, exist_ok=True)
         stem = f"delayline-{d.end.router.dc}-{d.end.peer}"
         d.config, d.stats = self.workdir / f"{stem}.json", self.workdir / f"{stem}.stats.json"
         d.stats.unlink(missing_ok=True)
         self._write_config(d)
         log_path = self.workdir / f"{stem}.log"
-        with open(log_path, "wb") as logf:
+        with writing(log_path, "create"):
+            logf = open(log_path, "wb")
+        with logf:
             d.proc = self.net.popen(d.end.router, [
                 sys.executable, "-m", "testbed.net.shaping.delayline", "--queue", str(d.queue),
                 "--config", str(d.config), "--stats", str(d.stats),

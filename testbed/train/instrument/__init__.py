@@ -6,11 +6,13 @@ patching torch.distributed.pipelining (torch 2.13, pinned):
 - every ``PipelineStage``'s ``forward_one_chunk`` / ``backward_one_chunk`` /
   ``backward_weight_one_chunk`` → ``compute`` records F, B or I, W (stage, microbatch);
 - the schedules' ``_wait_batch_p2p`` → ``wait`` records (P2P_WAIT): time blocked on transfers;
-- each schedule's ``step()`` → one ``iter`` record (the first ``workload.warmup`` are warm-up).
+- each schedule's ``step()`` → one ``iter`` record (the first ``workload.warmup`` are warm-up);
+- every optimizer's ``step()`` → one ``opt`` record (torch's global post-step hook): the
+  iterations of a program that neither pipelines nor marks them.
 
 The trace (``DIR/trace-rank<RANK>.jsonl``, ``testbed.traceformat``) is written only when the
-program ran a pipelining step or called :func:`iteration`; otherwise nothing is, and the
-runner falls back to ``program.iteration_regex`` or the wall time.
+program ran a pipelining step, an optimizer step or called :func:`iteration`; otherwise
+nothing is, and the runner falls back to ``program.iteration_regex`` or the wall time.
 
 A program that does not use pipelining reports its iterations with one call after each
 training step::
@@ -35,10 +37,12 @@ from typing import Callable
 ENV_AT_START = dict(os.environ)
 
 import torch  # noqa: E402
-from torch.distributed.pipelining import schedules as S  # noqa: E402
-from torch.distributed.pipelining.stage import _PipelineStageBase  # noqa: E402
+from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
 
+from testbed.train.instrument.onimport import after_import  # noqa: E402
 from testbed.train.trace import Tracer  # noqa: E402
+
+PIPELINING = "torch.distributed.pipelining"
 
 _ACTIVE: "Instrument | None" = None
 
@@ -78,6 +82,16 @@ class Instrument:
                   loss=None)
         tr.flush()
         self.it, self.mark = self.it + 1, t1
+
+    def optimizer_step(self) -> None:
+        """Record that an optimizer finished a step (``opt``: its end on this rank's clock):
+        for a program that neither pipelines nor marks its iterations, each such step ends
+        one (``testbed.readout.traces.iterations_from_optimizer``). Steps inside a pipelining
+        step or between marks are recorded too; the readout uses them only without ``iter``
+        records."""
+        tr = self._trace()
+        tr.record(type="opt", t=time.monotonic_ns())
+        tr.flush()
 
     def end(self, status: str, error: str | None) -> None:
         """Close the trace. A failure is recorded even without one (an ``end`` record alone),
@@ -140,11 +154,27 @@ def _wait(original: Callable) -> Callable:
     return wait
 
 
+def _optimizer_stepped(optimizer, args, kwargs) -> None:
+    if _ACTIVE is not None:
+        _ACTIVE.optimizer_step()
+
+
 def install(ins: Instrument) -> None:
-    """Patch torch's pipelining classes (once per process) so ``ins`` sees every step."""
+    """Make ``ins`` the one that records: hook every optimizer's step (torch's global
+    post-step hook) and patch torch's pipelining classes once the program imports them
+    (``onimport``: importing them first changes the program). Once per process."""
     global _ACTIVE
+    first = _ACTIVE is None
     _ACTIVE = ins
-    base = _PipelineStageBase
+    if first:
+        register_optimizer_step_post_hook(_optimizer_stepped)
+        after_import(PIPELINING, _patch_pipelining)
+
+
+def _patch_pipelining() -> None:
+    """Patch every stage's compute, the schedules' P2P waits and every schedule's step."""
+    from torch.distributed.pipelining import schedules as S
+    from torch.distributed.pipelining.stage import _PipelineStageBase as base
     if hasattr(base.forward_one_chunk, "__wrapped__"):
         return
     base.forward_one_chunk = _timed(lambda kw: "F", base.forward_one_chunk)
@@ -152,12 +182,12 @@ def install(ins: Instrument) -> None:
                                      base.backward_one_chunk)
     base.backward_weight_one_chunk = _timed(lambda kw: "W", base.backward_weight_one_chunk)
     S._wait_batch_p2p = _wait(S._wait_batch_p2p)
-    for cls in _schedule_classes():
+    for cls in _schedule_classes(S._PipelineSchedule):
         cls.step = _step(cls.__dict__["step"])
 
 
-def _schedule_classes() -> list[type]:
-    todo, out = [S._PipelineSchedule], []
+def _schedule_classes(root: type) -> list[type]:
+    todo, out = [root], []
     while todo:
         cls = todo.pop()
         if "step" in cls.__dict__:

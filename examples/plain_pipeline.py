@@ -9,10 +9,10 @@ ranks drift apart as a real pipeline does. Every rank prints one line per step:
 
 ``start`` is time.monotonic() at the top of the loop body, ``time`` the whole body's duration
 and ``compute`` the seconds this rank spent inside its stages' forward and backward.
-Run it with ``torchrun --nproc_per_node 4 user_pipeline.py --schedule 1f1b``.
+Run it with ``torchrun --nproc_per_node 4 plain_pipeline.py --schedule 1f1b``, or through
+testbed: experiments/program-own.yaml.
 """
 import argparse
-import os
 import time
 
 import torch
@@ -112,5 +112,3 @@ for step in range(args.steps):
     print(f"step {step} start {start:.6f} time {took:.6f} compute {spent[0]:.6f}", flush=True)
 
 dist.destroy_process_group()
-if os.environ.get("USER_PIPELINE_DONE_FILE"):
-    open(os.environ["USER_PIPELINE_DONE_FILE"], "w").close()
