@@ -185,14 +185,14 @@ workload:
 """
     df, run = run_sweep(tmp, "ddp-tutorial", body)
     print("\nPyTorch's DDP tutorial under torchrun on loopback:")
-    hung = exit_hangs(tmp, src, run / "cells" / df.cell_id.iloc[0] / "cell.json")
+    hangs = exit_hangs(tmp, src, run / "cells" / df.cell_id.iloc[0] / "cell.json")
     kept = df[(df.status == "ok") & (df.iterations_measured > 0)]
     hung = df.exit_status.astype(str).str.contains("hung").sum()
     print(f"\nPyTorch's DDP tutorial at 20 ms, 10 runs: {len(kept)} ok with measured "
           f"iterations kept (target 10: {verdict(len(kept) == 10)}); {hung} hung at exit and "
           f"were stopped after the grace, their iterations kept; median iteration "
           f"{df.iteration_time_s.median():.4f} s ({df.metrics_source.iloc[0]})")
-    return len(kept) == 10 and hung["instrument"] == 0
+    return len(kept) == 10 and hangs["instrument"] == 0
 
 
 # how the DDP tutorial is started for the exit-hang comparison: under testbed's instrument, and
