@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testbed.metrics import metrics_from_traces
+from testbed.readout.traces import metrics_from_traces
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 from testbed.launch.loopback import run_local
 

@@ -23,7 +23,8 @@ from testbed.schedule.crossdc import Boundary, CrossDCContext
 from testbed.schedule.generators import generate
 from testbed.schedule.ir import Schedule
 from testbed.schedule.lower import lower
-from testbed.sim.engine import UNSHAPED, Path, SimInput, SimResult, simulate
+from testbed.sim.engine import simulate
+from testbed.sim.iteration import UNSHAPED, Path, SimInput, SimResult
 from testbed.spec.workload import ComputeTimes
 
 PP, M, F_MS, B_MS = 4, 8, 20.0, 40.0

@@ -27,7 +27,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.net.backends import emulated_network  # noqa: E402
-from testbed.net.measure import rtt, throughput  # noqa: E402
+from testbed.net.linkprobe import rtt, throughput  # noqa: E402
 from testbed.topology import LinkProfile, Topology  # noqa: E402
 
 from benchsave import add_save, saved  # noqa: E402

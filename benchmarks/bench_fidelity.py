@@ -6,7 +6,7 @@ machine. Per run: the box's CPU busy share over the measured iterations (/proc/s
 runner's sampler), the emulated compute overshoot (actual − modelled per action: p50, p99, and
 the stretch beyond the calibrated sleep overshoot in % of the modelled time), late iteration
 starts, the median iteration time against the simulator's prediction, and the fidelity
-verdict (``testbed.runner.fidelity.verdict``; no network here, so no drops).
+verdict (``testbed.readout.fidelity.verdict``; no network here, so no drops).
 
 Target (issue 15): every run measured outside ±5 % of its prediction is marked degraded
 (PASS/FAIL per run). The table also shows at which CPU busy share the overshoot starts to
@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 
 from testbed.launch.loopback import run_local
-from testbed.metrics import load_traces, per_iteration
-from testbed.runner import fidelity as F
+from testbed.readout.traces import load_traces, per_iteration
+from testbed.readout import cpu as C, fidelity as F
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 
 from bench_sim import loopback_experiment, predict
@@ -48,7 +48,7 @@ def one(load: int, predicted_s: float) -> dict:
     """One run beside ``load`` CPU burners: its fidelity signals, verdict and PASS/FAIL."""
     burners = burn(load)
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-fidelity-") as d, F.CpuSampler() as cpu:
+        with tempfile.TemporaryDirectory(prefix="bench-fidelity-") as d, C.CpuSampler() as cpu:
             run_local(WORKLOAD, Path(d), timeout_s=600)
             traces = load_traces(Path(d))
     finally:

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testbed.metrics import load_traces, metrics_from_traces
+from testbed.readout.traces import load_traces, metrics_from_traces
 from testbed.spec import Compute, Filler, ModelSpec, Parallel, Workload
 from testbed.launch.loopback import run_local
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed.metrics import load_traces, per_iteration
+from testbed.readout.traces import load_traces, per_iteration
 
 from benchsave import add_save, saved
 

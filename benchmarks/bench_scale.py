@@ -36,7 +36,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from testbed.runner.series import ITERATIONS_CSV
+from testbed.cell.celldir import ITERATIONS_CSV
 from testbed.runner.store import cell_path
 
 from benchsave import add_save, saved
@@ -52,7 +52,7 @@ TARGET_QUICKSTART_S = 45.0
 TARGET_MB_PER_RANK = 100.0
 TARGET_AGREEMENT = 0.05
 MAX_AGREEMENT_RANKS = 32
-GAP_REASON = "measured "  # how testbed.runner.fidelity words the measured-vs-predicted reason
+GAP_REASON = "measured "  # how testbed.readout.fidelity words the measured-vs-predicted reason
 GAP_CAUSE = " with "      # … and how it names a cause it saw (queue drops)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from testbed.metrics import load_traces, metrics_from_traces
+from testbed.readout.traces import load_traces, metrics_from_traces
 from testbed.topology import DC, Topology
 from testbed.schedule.registry import SCHEDULES
 from testbed.plan import plan_cell

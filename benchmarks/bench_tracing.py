@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from testbed.metrics import load_traces, per_iteration
+from testbed.readout.traces import load_traces, per_iteration
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 from testbed.launch.loopback import run_local
 from testbed.train.trace import Tracer

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from testbed.metrics import load_traces, transfer_times
+from testbed.readout.traces import load_traces, transfer_times
 
 from benchsave import add_save, saved
 

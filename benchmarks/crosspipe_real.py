@@ -22,8 +22,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from testbed.metrics import load_traces, per_iteration
-from testbed.runner.series import ITERATIONS_CSV
+from testbed.readout.traces import load_traces, per_iteration
+from testbed.cell.celldir import ITERATIONS_CSV
 from testbed.runner.store import cell_path
 
 from benchsave import add_save, saved

@@ -2,7 +2,7 @@
 
 For every cell of every shipped experiment (``experiments/*.yaml``; the crosspipe experiments'
 own grids included), with ``workload.schedule`` set to ``crosspipe_greedy``, the simulator's
-prediction (``testbed.sim.predict`` under the cell's plan, calibrated costs included) with
+prediction (``testbed.plan.predict`` under the cell's plan, calibrated costs included) with
 today's generator and with the generator of ``--old-rev`` (default: the commit before issue 18,
 fixed priority I > F > W, float ties), loaded from git. Cells whose schedule needs chunks > 1
 are skipped, and so are cells the greedy cannot be planned for (no modelled compute times, e.g.

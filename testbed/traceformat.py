@@ -24,7 +24,7 @@ Record types (field ``type``):
   (global rank or null). For compute, t0..t1 is pure compute; a ``wait`` record is time
   blocked on communication (e.g. waiting for an activation to arrive). Emulated compute
   records (F/B/I/W) also have model_ns: the modelled duration the action was meant to take
-  (its sleep), so (t1 − t0) − model_ns is the action's overshoot (``testbed.runner.fidelity``);
+  (its sleep), so (t1 − t0) − model_ns is the action's overshoot (``testbed.readout.fidelity``);
   real compute and a traced program's compute have no model_ns.
   ``ALLREDUCE_STEP`` (emulated compute with dp > 1, ``testbed/train/ring.py``): one step of the
   ring all-reduce, recorded from the thread that drives it, so it overlaps the rank's other

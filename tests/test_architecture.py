@@ -10,7 +10,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "testbed"
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 300
+# modules still over MAX_MODULE_LINES, each with why; none may grow past this
+OVER_THE_CAP = {
+    "testbed/spec/workload.py": "the workload models and their costs: split when spec/ is renamed",
+    "testbed/spec/load.py": "loading and cross-checks: split when spec/ is renamed",
+    "testbed/spec/source.py": "positioned YAML, 301 lines since YAML 1.2: split with spec/",
+}
+MAX_OVER_THE_CAP = 400
 MAX_FUNCTION_LINES = 60
 
 
@@ -25,9 +32,13 @@ def test_import_contracts_hold():
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
 
 
-def test_no_module_is_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in _modules()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+def test_no_module_is_over_300_lines():
+    long = {}
+    for p in _modules():
+        name, n = str(p.relative_to(ROOT)), len(p.read_text(encoding="utf-8").splitlines())
+        cap = MAX_OVER_THE_CAP if name in OVER_THE_CAP else MAX_MODULE_LINES
+        if n > cap:
+            long[name] = n
     assert not long, long
 
 
@@ -40,6 +51,23 @@ def test_no_function_is_over_60_lines():
                 if n > MAX_FUNCTION_LINES:
                     long[f"{p.relative_to(ROOT)}:{node.name}"] = n
     assert not long, long
+
+
+def test_only_the_backends_ask_which_backend_an_experiment_names():
+    """Outside testbed/net/backends (and the experiment file's own checks in testbed/spec) a
+    backend is asked what it can do (Backend.hosts_here, traces_live, for_experiment), never
+    compared by name."""
+    asked = []
+    for p in _modules():
+        rel = p.relative_to(ROOT).as_posix()
+        if rel.startswith(("testbed/net/backends/", "testbed/spec/")):
+            continue
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(o, ast.Attribute) and o.attr == "backend"
+                    for o in (node.left, *node.comparators)):
+                asked.append(f"{rel}:{node.lineno}")
+    assert not asked, asked
 
 
 def test_spec_sim_and_plan_do_not_import_torch():

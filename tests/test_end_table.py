@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from testbed.cli.run import _end_cells, _print_results
+from testbed.report.console import end_cells, print_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def _wide_table(lines: int = 4) -> pd.DataFrame:
 
 def _printed(table: pd.DataFrame, width: int = 120) -> str:
     buf = io.StringIO()
-    _print_results(Console(file=buf, width=width, force_terminal=False), _Store(), table)
+    print_results(Console(file=buf, width=width, force_terminal=False), _Store(), table)
     return buf.getvalue()
 
 
@@ -49,7 +49,7 @@ def test_every_number_and_header_of_a_wide_table_fits_120_columns_uncut():
     out = _printed(table)
     assert "…" not in out
     assert max(len(line) for line in out.splitlines()) <= 120
-    for texts in _end_cells(table).values():
+    for texts in end_cells(table).values():
         for text in texts:
             assert text in out, text
     for header in ("iter s", "95% CI", "bubble", "tokens/s", "pred iter s"):

@@ -3,7 +3,7 @@ import pytest
 
 from testbed.errors import SpecError
 from testbed.topology import Topology
-from testbed.placement import in_order, stage_dcs
+from testbed.plan.placement import in_order, stage_dcs
 
 
 def _topo(*hosts: int) -> Topology:
@@ -34,7 +34,7 @@ def test_rejects_a_dc_without_enough_hosts():
 
 import itertools  # noqa: E402
 
-from testbed.placement import (LinkCost, PlacementProblem, atlas, capacity_problem,  # noqa: E402
+from testbed.plan.placement import (LinkCost, PlacementProblem, atlas, capacity_problem,  # noqa: E402
                                cba, cba_candidates)
 
 MB = 1_000_000
@@ -110,7 +110,7 @@ def test_capacity_problem_names_the_shortfall():
 
 
 def test_in_order_never_builds_link_costs():
-    from testbed.placement import place
+    from testbed.plan.placement import place
 
     def no_costs():
         raise AssertionError("in_order asked for link costs")
@@ -124,7 +124,7 @@ def test_in_order_never_builds_link_costs():
 
 import json  # noqa: E402
 
-from testbed.launch.cellfile import CellFile  # noqa: E402
+from testbed.cell.cellfile import CellFile  # noqa: E402
 from testbed.spec import Workload  # noqa: E402
 
 

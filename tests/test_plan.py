@@ -93,3 +93,27 @@ def test_cross_dc_schedules_need_the_ir_executor(tmp_path):
     from testbed.errors import SpecError
     with pytest.raises(SpecError, match="needs executor: ir"):
         _load(tmp_path, CROSS.replace("memory_limit: 4", "memory_limit: 4\n  executor: torch"))
+
+
+STEPPED = f"""\
+name: t
+topology:
+  name: t
+  dcs: [{{name: a, hosts: 1}}, {{name: b, hosts: 1}}]
+  links:
+    - {{dcs: [a, b], delay_ms: 5, steps: [{{at_iteration: 2, delay_ms: 40}}]}}
+workload:
+  parallel: {{pp: 2, dp: 1}}
+  compute: {{forward_ms: 20, backward_ms: 40}}
+"""
+
+
+def test_at_iteration_steps_are_refused_where_the_backend_cannot_read_traces_live(tmp_path):
+    """The backend says whether traces can be read while ranks run (Backend.traces_live): on
+    this machine's namespaces they can; lab hosts bring them back at the end."""
+    from testbed.errors import SpecError
+    from testbed.plan import plan_all
+    assert len(plan_all(_load(tmp_path, STEPPED))) == 1
+    remote = STEPPED + f"backend: remote\nremote: {{inventory: {PROJECT_ROOT}/x.ini}}\n"
+    with pytest.raises(SpecError, match="backend remote brings traces back at the end"):
+        plan_all(_load(tmp_path, remote))

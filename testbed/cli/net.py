@@ -53,7 +53,7 @@ def _need_root(what: str) -> None:
 
 def _check(args: argparse.Namespace) -> int:
     from testbed.net.backends import get_backend
-    from testbed.net.measure import measure_all
+    from testbed.net.linkprobe import probe_all
     from testbed.spec import load_topology
 
     _need_root("net check")
@@ -66,7 +66,7 @@ def _check(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         net, sh = backend.bring_up(topo, topo.resolved_links(), shaper, workdir, stack)
         console.print(f"network {topo.name} up: tag {net.tag}, {len(net.hosts)} hosts")
-        results = measure_all(net, rate=not args.no_rate)
+        results = probe_all(net, rate=not args.no_rate)
         console.print(_table(topo.name, results, sh.drops()))
         if args.keep:
             stack.pop_all()

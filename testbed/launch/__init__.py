@@ -1,9 +1,11 @@
-"""The launch contract: what a rank is given and where its files are.
+"""Starting a cell's ranks and watching them:
 
-- ``cellfile``: the typed cell file (workload, placement, planned schedule) the runner writes
-  and every worker reads;
-- ``celldir``: every path inside a cell directory (one owner for the layout);
-- ``command``: a worker's environment and argv, built in one place for every backend;
+- ``workers``: one worker (or the workload's program) per rank of a plan, started inside its
+  host on whatever network the backend built;
+- ``command``: a rank's environment, argv and working directory, built in one place for every
+  backend;
+- ``pool``: ranks forked from the pre-started interpreter into this machine's namespaces;
 - ``supervise``: waiting for a cell's processes and naming the rank that failed first;
-- ``loopback``: a workload's ranks as local processes over loopback (tests, benchmarks).
+- ``loopback``: a workload's ranks as local processes over loopback (control runs, tests,
+  benchmarks).
 """

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from testbed.errors import WorkerError
-from testbed.launch.celldir import CellDir
+from testbed.cell.celldir import CellDir
 
 WORKER_MODULE = "testbed.train.worker"
 MASTER_PORT = 29500
@@ -39,6 +39,15 @@ class RankJob:
     group_world_size: int = 1
     machine_ranks: int = 1
     run_id: str = "none"
+
+
+@dataclass(frozen=True)
+class Command:
+    """What one rank runs: argv, added environment, working directory (None: inherited)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: PurePath | None = None
 
 
 # what torchrun (torch.distributed.run, torch 2.13) gives every worker besides its identity;

@@ -13,11 +13,13 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from testbed.launch.celldir import CellDir
-from testbed.launch.cellfile import CellFile, single_host_placement
+from testbed.cell.celldir import CellDir
+from testbed.cell.cellfile import CellFile
+from testbed.topology import single_host_placement
 from testbed.launch.command import (RankJob, program_argv, program_env, program_files,
                                     remote_argv, worker_argv, worker_env)
-from testbed.launch.supervise import start_logged, stop_process, watch_workers
+from testbed.launch.supervise import start_logged, watch_workers
+from testbed.process import stop_process
 from testbed.schedule.ir import Schedule
 from testbed.spec import Workload
 

@@ -5,9 +5,9 @@ is then a fork of it that enters its host's network namespace, so a rank starts 
 and shares the imported pages instead of paying ~220 MB and seconds of CPU each. Ranks on lab
 hosts (whose network namespace is not on this machine) are started as before.
 
-``RankPool.start`` returns a handle with the part of ``subprocess.Popen`` the runner uses
-(``pid``, ``poll``, ``wait``, ``terminate``, ``kill``, ``returncode``): signals go through a
-pidfd, so a recycled pid is never hit; exit codes come from the zygote, which reaps its children.
+``RankPool.start`` returns a ``testbed.process.ProcessHandle`` (``pid``, ``poll``, ``wait``,
+``terminate``, ``kill``, ``returncode``): signals go through a pidfd, so a recycled pid is never
+hit; exit codes come from the zygote, which reaps its children.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ REPLY_TIMEOUT_S = 30.0
 
 
 class PooledRank:
-    """A rank forked by the zygote: the Popen-like handle the runner watches and stops."""
+    """A rank forked by the zygote: a ``ProcessHandle`` the runner watches and stops."""
 
     def __init__(self, pool: "RankPool", pid: int):
         self.pool, self.pid = pool, pid

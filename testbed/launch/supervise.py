@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Callable
 
 from testbed.errors import WorkerError
-from testbed.launch.celldir import CellDir
+from testbed.cell.celldir import CellDir
+from testbed.process import ProcessHandle, stop_process
 from testbed.traceformat import read_trace
 
 POLL_S = 0.05
-STOP_GRACE_S = 3.0      # SIGTERM → SIGKILL, for every process the project starts
 SETTLE_S = 2.0          # after a failure, how long peers get to fail (or finish) themselves
 ERROR_TAIL_LINES = 3
 # a program whose ranks have all traced their last iteration gets this long to exit before it
@@ -26,18 +26,6 @@ ERROR_TAIL_LINES = 3
 # busy 2-core machine)
 EXIT_GRACE_S = 10.0
 LOOK_S = 0.5  # how often the traces are read for finished ranks (they are on disk)
-
-
-def stop_process(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM, then SIGKILL after ``grace_s``; reaps it. A finished process is left alone."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def last_error(log_path: Path) -> str:
@@ -58,7 +46,7 @@ def _ended_at(cell_dir: CellDir, rank: int) -> float:
     return ends[-1] if ends else float("inf")
 
 
-def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir: Path,
+def watch_workers(procs: dict[int, ProcessHandle], timeout_s: float, cell_dir: Path,
                   check: Callable[[], None] | None = None,
                   finished: Callable[[], set[int]] | None = None) -> dict[int, str]:
     """Wait for every worker. A failure or the timeout stops the rest (none outlives the call)
@@ -110,7 +98,7 @@ def watch_workers(procs: dict[int, subprocess.Popen], timeout_s: float, cell_dir
             stop_process(p)
 
 
-def _exit_notes(procs: dict[int, subprocess.Popen]) -> dict[int, str]:
+def _exit_notes(procs: dict[int, ProcessHandle]) -> dict[int, str]:
     """What each rank that had finished its iterations did at exit, when not a clean 0."""
     notes = {}
     for r, p in sorted(procs.items()):

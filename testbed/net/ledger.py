@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed.launch.supervise import STOP_GRACE_S
+from testbed.process import STOP_GRACE_S
 from testbed.errors import NetworkError
 
 log = logging.getLogger(__name__)

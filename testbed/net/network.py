@@ -12,6 +12,7 @@ from typing import IO, Any
 
 from testbed.errors import CommandError
 from testbed.net.ledger import Ledger
+from testbed.process import ProcessHandle
 from testbed.topology import ResolvedLink, Topology
 
 RUN_TIMEOUT_S = 60.0
@@ -115,12 +116,12 @@ class Network:
         """Copy ``local`` to ``there`` on ``node`` (nothing to do on this machine)."""
 
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_file: IO[bytes],
-              outputs: list[tuple[PurePath, Path]] = (), cwd: PurePath | None = None) -> Any:
+              outputs: list[tuple[PurePath, Path]] = (),
+              cwd: PurePath | None = None) -> ProcessHandle:
         """Start ``argv`` inside ``node`` with ``env`` added to the environment, its output
         into ``log_file``, in directory ``cwd`` (default: this process's); ``outputs`` (file
         there, file here) are brought here when it exits, those that exist (nothing to do on
-        this machine). Returns a Popen-like handle (``poll``, ``terminate``, ``kill``,
-        ``wait``, ``returncode``), stopped by teardown at the latest."""
+        this machine). Returns its handle, stopped by teardown at the latest."""
         return self.popen(node, argv, env=dict(os.environ, **env), stdout=log_file,
                           stderr=log_file, cwd=cwd)
 

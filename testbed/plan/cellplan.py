@@ -15,16 +15,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.errors import TestbedError
-from testbed.launch.cellfile import CellFile, Slot
+from testbed.cell.cellfile import CellFile
+from testbed.topology import Slot
 from testbed.topology import ResolvedLink, Topology
-from testbed.placement import LinkCost, PlacementProblem, place
+from testbed.plan.placement import LinkCost, PlacementProblem, place
 from testbed.schedule.crossdc import Boundary, CrossDCContext
-from testbed.schedule.csvfile import Shape, load_py, read_csv
+from testbed.schedule.csvfile import load_py, read_csv
+from testbed.schedule.filecheck import Shape
 from testbed.schedule.generators import generate
 from testbed.schedule.ir import Schedule
 from testbed.schedule.registry import CROSS_DC_SCHEDULES
 from testbed.sim import SimulationError, predicted, run
-from testbed.sim.engine import Path, SimInput, StageTimes, simulate
+from testbed.sim.engine import simulate
+from testbed.sim.iteration import Path, SimInput, StageTimes
 from testbed.sim.inputs import allreduce_s, build_input
 from testbed.sim.paths import PathModel
 from testbed.spec import Cell, Experiment

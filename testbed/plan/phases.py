@@ -11,6 +11,8 @@ import dataclasses
 import statistics
 from typing import Any
 
+from testbed.errors import MachineError
+from testbed.net.backends import backend_class
 from testbed.plan.cellplan import CellPlan, predict
 from testbed.sim import SimulationError
 from testbed.sim.paths import PathModel
@@ -24,12 +26,17 @@ State = tuple[int, ...]
 def at_iteration_problem(exp: Experiment) -> str:
     """Why the experiment's at_iteration steps cannot be timed ('' when they can): they are
     applied when rank 0's trace shows the iteration before done, which needs the trace on this
-    machine while the run goes on (not so on lab hosts)."""
+    machine while the run goes on (``Backend.traces_live``; not so on lab hosts)."""
     links = exp.topology.links or []
-    if exp.backend == "remote" and any(st.at_iteration is not None
-                                       for link in links for st in link.steps):
+    if not any(st.at_iteration is not None for link in links for st in link.steps):
+        return ""
+    try:
+        live = backend_class(exp.backend).traces_live
+    except MachineError:  # its packages are missing: the run says so, planning need not
+        return ""
+    if not live:
         return ("at_iteration steps need rank 0's trace on this machine during the run; "
-                "backend remote brings traces back at the end: give the steps at_s")
+                f"backend {exp.backend} brings traces back at the end: give the steps at_s")
     return ""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from testbed.errors import Problem, SpecError, TestbedError
-from testbed.placement import capacity_problem
+from testbed.plan.placement import capacity_problem
 from testbed.plan.cellplan import CellPlan, plan_cell
 from testbed.plan.phases import at_iteration_problem
 from testbed.spec import Cell, LoadedExperiment

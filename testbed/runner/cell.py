@@ -1,8 +1,9 @@
 """One cell's lifecycle: write the cell file → network (kept from the cell before when the
-topology is the same, see ``livenet``) → shape → read back → launch → measure → watch →
-metrics → row. The network is torn down when the topology changes, after a failed cell, and at
-the end of the sweep (always, also on interrupt). The cell's plan is made before the sweep
-starts; nothing here re-plans.
+topology is the same, see ``livenet``) → shape → read back → probe the links → launch the
+ranks (``testbed.launch``) → watch → read the traces into the row (``testbed.readout``). The
+network is torn down when the topology changes, after a failed cell, and at the end of the
+sweep (always, also on interrupt). The cell's plan is made before the sweep starts; nothing
+here re-plans.
 
 Built-in workers on this machine are forked from one pre-started interpreter
 (``testbed.launch.pool``), so the import of torch is paid once per sweep, not per rank and
@@ -17,26 +18,26 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from testbed.cell.celldir import CellDir
 from testbed.errors import StorageError, TestbedError, writing
-from testbed.launch.celldir import CellDir
 from testbed.launch.pool import RankPool
 from testbed.launch.supervise import watch_workers
+from testbed.launch.workers import start_workers
 from testbed.net.backends.base import Backend
-from testbed.net.network import Network
 from testbed.net.shaping.interface import Shaper
 from testbed.net.steps import StepPlayer
-from testbed.topology import ResolvedLink
-from testbed.perfetto import export
 from testbed.plan import CellPlan
-from testbed.runner import columns
-from testbed.runner.control import control_columns
-from testbed.runner.fidelity import CpuSampler, assess
+from testbed.readout import columns
+from testbed.readout.control import control_columns
+from testbed.readout.cpu import CpuSampler
+from testbed.readout.fidelity import assess
+from testbed.readout.perfetto import export
+from testbed.readout.program import program_metrics
+from testbed.readout.series import metrics_and_series, series_csv
 from testbed.runner.livenet import LiveNetwork
-from testbed.runner.measured import program_metrics
-from testbed.runner.series import measure
-from testbed.runner.store import RunStore
+from testbed.runner.store import RunStore, atomic_write
 from testbed.runner.tracewatch import IterationWatch
-from testbed.runner.workers import start_workers
+from testbed.topology import ResolvedLink
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +144,9 @@ class CellRunner:
             _write_json(Path(cell_dir.steps), player.applied)
             clock.mark("workers")
         clock.mark("stop")
-        row.update(_metrics(Path(cell_dir.root), plan, player, exits))
+        row.update(_metrics(cell_dir, plan, player, exits))
         row.update(control_columns(plan, self.controls, row, Path(cell_dir.root)))
-        row.update(assess(Path(cell_dir.root), plan, row, cpu))
+        row.update(assess(Path(cell_dir.root), plan, row, cpu, self.backend.hosts_here))
         with writing(cell_dir.perfetto):
             export(Path(cell_dir.root))
         clock.mark("metrics")
@@ -177,16 +178,23 @@ def _start_steps(shaper: Shaper, links: list[ResolvedLink], stack: ExitStack,
     return player
 
 
-def _metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer,
+def _metrics(cell_dir: CellDir, plan: CellPlan, player: StepPlayer,
              exit_notes: dict[int, str]) -> dict[str, Any]:
-    """The built-in worker's metrics with its per-iteration series (and the phased prediction
-    of a cell with steps); a program's, as far as its traces or output allow
-    (``metrics_source`` says how they were obtained), with what its ranks did at exit."""
+    """The built-in worker's metrics (with the phased prediction of a cell with steps); a
+    program's, as far as its traces or output allow (``metrics_source`` says how they were
+    obtained), with what its ranks did at exit. The per-iteration series, where there is one,
+    is kept in the cell directory (iterations.csv)."""
+    root = Path(cell_dir.root)
     if plan.experiment.workload.program is None:
-        return {**measure(cell_dir, plan, player), "metrics_source": "worker"}
-    notes = "; ".join(f"rank {r} {why}" for r, why in sorted(exit_notes.items()))
-    return {**program_metrics(cell_dir, plan, player, finished=not exit_notes),
-            "exit_status": notes or "ok"}
+        out, series = metrics_and_series(root, plan, player)
+        out["metrics_source"] = "worker"
+    else:
+        out, series = program_metrics(root, plan, player, finished=not exit_notes)
+        notes = "; ".join(f"rank {r} {why}" for r, why in sorted(exit_notes.items()))
+        out["exit_status"] = notes or "ok"
+    if series is not None:
+        atomic_write(Path(cell_dir.iterations), series_csv(series))
+    return out
 
 
 def _finished(plan: CellPlan, cell_dir: CellDir):

@@ -17,13 +17,13 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from testbed.linkprofile import LinkProfile
+from testbed.topology import LinkProfile
 from testbed.net.backends.base import Backend
-from testbed.net.measure import LinkMeasurement, measure_link
+from testbed.net.linkprobe import LinkMeasurement, probe_link
 from testbed.net.network import Network
 from testbed.net.shaping.interface import Shaper
 from testbed.plan import CellPlan
-from testbed.runner import columns
+from testbed.readout import columns
 from testbed.topology import ResolvedLink
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class LiveNetwork:
             elif state in self._measured:
                 m, at = self._measured[state]
             else:
-                m = measure_link(self.net, link, rate=link.a_to_b.rate_mbit is not None).as_dict()
+                m = probe_link(self.net, link, rate=link.a_to_b.rate_mbit is not None).as_dict()
                 at = here
                 self._measured[state] = (m, at)
                 log.info("link %s measured: %s", link.name, m)

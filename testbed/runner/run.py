@@ -24,9 +24,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from testbed.errors import (EXIT_CELLS_FAILED, EXIT_OK, Problem, SpecError, StorageError,
                             writing)
-from testbed.net.backends import get_backend
+from testbed.net.backends import experiment_backend
 from testbed.plan import CellPlan, plan_all
-from testbed.remote.lab import LabSettings
 from testbed.runner.cell import CellRunner
 from testbed.runner.control import run_controls
 from testbed.runner.store import RunStore
@@ -143,7 +142,6 @@ def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int,
     le = load_experiment(path)
     plans = plan_all(le, select_cells(le, opts.only))
     exp = le.experiment
-    lab = LabSettings.of(exp, Path(le.path).parent) if exp.remote is not None else None
     try:  # nothing has run yet: a results directory that cannot be written is exit 3
         store = open_store(le, opts)
         store.write_json("resolved.json", {p.cell.cell_id: resolved(p) for p in plans})
@@ -159,7 +157,7 @@ def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int,
             # before any network or rank interpreter exists: nothing else of the harness runs
             controls = run_controls([p for p, _ in todo], store.root,
                                     say=lambda m: console.print(m, highlight=False))
-            with CellRunner(get_backend(exp.backend, lab), exp.shaper, store,
+            with CellRunner(experiment_backend(exp, Path(le.path).parent), exp.shaper, store,
                             warm=not opts.cold, controls=controls) as runner:
                 _sweep(todo, runner, store, console, opts.quiet)
     except StorageError as e:  # the network is down (the runner's exit); rows so far kept

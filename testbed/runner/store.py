@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from testbed.errors import Problem, SpecError, StorageError, writing
-from testbed.runner import columns
+from testbed.readout import columns
 from testbed.runner.owner import Owner, missing_dirs
 
 

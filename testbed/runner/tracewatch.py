@@ -1,7 +1,7 @@
 """How far a running cell has got: the iterations rank 0 has finished, read from its trace as
 it grows (the worker flushes the trace at the end of every iteration). Used to time
-``at_iteration`` link steps; it needs the trace on this machine while the run goes on (the
-netns and mininet backends; a lab host's trace arrives only when its worker exits)."""
+``at_iteration`` link steps; it needs the trace on this machine while the run goes on
+(``Backend.traces_live``: a lab host's trace arrives only when its worker exits)."""
 from __future__ import annotations
 
 import json

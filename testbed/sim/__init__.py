@@ -3,9 +3,9 @@ activation-memory limit (no processes, no sockets, no root, no torch).
 
 ``run(inp)`` simulates one iteration of an engine input (``testbed.sim.inputs.build_input``,
 which ``testbed.plan`` calls with a cell's plan); ``predicted(res)`` gives ``predicted_*``
-values with the definitions of ``testbed.metrics`` (bubble = idle / span per rank, mean and max
-over ranks; exposed communication = time blocked on receives and on the final send wait, mean
-over ranks), so that they sit beside the measured columns. The model is in
+values with the definitions of ``testbed.readout.traces`` (bubble = idle / span per rank, mean
+and max over ranks; exposed communication = time blocked on receives and on the final send
+wait, mean over ranks), so that they sit beside the measured columns. The model is in
 ``testbed.sim.engine``; the fixed software costs it adds, measured here, in
 ``testbed.sim.calibration``.
 """
@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.errors import EXIT_BAD_INPUT, TestbedError
-from testbed.sim.engine import Deadlock, SimInput, SimResult, simulate
+from testbed.sim.engine import simulate
+from testbed.sim.iteration import Deadlock, SimInput, SimResult
 
 
 class SimulationError(TestbedError):

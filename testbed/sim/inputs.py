@@ -5,11 +5,11 @@ the experiment file.
 """
 from __future__ import annotations
 
-from testbed.launch.cellfile import Slot
+from testbed.topology import Slot
 from testbed.schedule.ir import Schedule
 from testbed.schedule.lower import lower
 from testbed.sim import calibration as C
-from testbed.sim.engine import SimInput, StageTimes
+from testbed.sim.iteration import SimInput, StageTimes
 from testbed.sim.paths import PathModel
 from testbed.spec.workload import reduce_step_s, ring_chunk_bytes
 

@@ -12,10 +12,10 @@ stack: their path is ``SAME_HOST``, with no host link, no inter-DC link and noth
 """
 from __future__ import annotations
 
-from testbed.launch.cellfile import Slot
+from testbed.topology import Slot
 from testbed.topology import LinkProfile, ResolvedLink, Topology
 from testbed.sim import calibration as C
-from testbed.sim.engine import UNSHAPED, Path
+from testbed.sim.iteration import UNSHAPED, Path
 
 # The path between two ranks of one host: the bytes never reach a NIC, so neither the DC's
 # host link (links.intra_dc) nor an inter-DC link carries them, and no tc qdisc or delay line

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 
 from testbed.errors import Problem, SpecError
 from testbed.topology import MAX_DELAY_MS, Step, Topology
-from testbed.schedule.csvfile import ScheduleFileError, Shape, load_py, read_csv
+from testbed.schedule.csvfile import ScheduleFileError, load_py, read_csv
+from testbed.schedule.filecheck import Shape
 from testbed.schedule.registry import schedule_problems
 from testbed.spec.matrix import Cell, cell_id, params_text, parse_matrix
 from testbed.spec.models import Experiment
@@ -155,7 +156,7 @@ def _zip_where(src: Source, key: str) -> tuple[int, int]:
 def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
     """Checks across fields of a valid experiment; returns (loc, message) pairs. Whether the
     placement strategy fits the topology is the planner's check
-    (``testbed.placement.capacity_problem``), not this one."""
+    (``testbed.plan.placement.capacity_problem``), not this one."""
     w, out = exp.workload, []
     stages = w.parallel.pp * w.chunks
     if w.model.layers % stages:

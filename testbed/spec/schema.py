@@ -2,13 +2,13 @@
 
 It agrees with what ``validate`` accepts under YAML 1.2 (which editors read too): a number
 field is ``number`` or ``integer``, and JSON Schema's numbers exclude booleans and text, as
-testbed's do (``testbed.linkprofile.Strict``); the one text a delay may be is a multiple of
-one stage's forward time ('2xTF').
+testbed's do (``testbed.topology.linkprofile.Strict``); the one text a delay may be is a
+multiple of one stage's forward time ('2xTF').
 """
 from __future__ import annotations
 
-from testbed.linkprofile import RELATIVE_DELAY
 from testbed.spec.models import Experiment
+from testbed.topology.linkprofile import RELATIVE_DELAY
 
 
 def json_schema() -> dict:

@@ -26,43 +26,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from testbed.schedule.ir import Action, Kind, Schedule
+from testbed.schedule.ir import Action, Kind
 from testbed.spec.workload import (ComputeTimes, Workload, activation_numel, bytes_factor,
                                    stage_params)
 from testbed.train import model as M
 from testbed.train.filler import NoFiller
+from testbed.train.rank import RankContext, modelled_ns, modelled_s, ns
 from testbed.train.ring import EmulatedRing
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transfer, Transport
-
-ns = time.monotonic_ns
-
-
-@dataclass
-class RankContext:
-    """Who this rank is and who its pipeline peers are."""
-
-    rank: int
-    pp_rank: int
-    dp_rank: int
-    pp: int
-    dp: int
-    schedule: Schedule  # lowered
-
-    def global_rank(self, stage: int) -> int:
-        """The global rank owning virtual ``stage`` in this rank's DP replica."""
-        return self.dp_rank * self.pp + self.schedule.stage_to_rank[stage]
-
-
-def modelled_s(t: ComputeTimes, kind: Kind) -> float:
-    """The modelled duration (s) of an emulated compute action of ``kind`` (F/B/I/W)."""
-    return {Kind.F: t.f, Kind.B: t.b, Kind.I: t.i, Kind.W: t.w}[kind]
-
-
-def modelled_ns(t: ComputeTimes, kind: Kind) -> int:
-    """``modelled_s`` in integer ns, as the trace's ``model_ns`` field records it."""
-    return round(modelled_s(t, kind) * 1e9)
-
 
 # the tag of warm_up_connections' messages: above every (direction, boundary, microbatch) tag
 WARM_UP_TAG = 1 << 23

@@ -24,7 +24,8 @@ from torch.distributed.pipelining.stage import PipelineStage
 
 from testbed.schedule.csvfile import write_csv
 from testbed.schedule.ir import Kind, Schedule
-from testbed.train.executor import Executor, RankContext, modelled_ns, modelled_s, ns
+from testbed.train.executor import Executor
+from testbed.train.rank import RankContext, modelled_ns, modelled_s, ns
 from testbed.train.trace import Tracer
 
 SCHEDULE_CLASSES = {

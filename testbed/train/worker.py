@@ -24,11 +24,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from testbed.launch.cellfile import CellFile, CellFileError
+from testbed.cell.cellfile import CellFile, CellFileError
 from testbed.schedule.generators import generate
 from testbed.schedule.lower import lower
 from testbed.schedule.registry import CROSS_DC_SCHEDULES
-from testbed.train.executor import Executor, RankContext
+from testbed.train.executor import Executor
+from testbed.train.rank import RankContext
 from testbed.train.filler import TAIL, Filler, NoFiller
 from testbed.train.sync import StartSync, default_store, store_round_trip_ns
 from testbed.train.torch_executor import TorchExecutor, pipeline_groups

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import WorkerError
-from testbed.launch.cellfile import CellFile, single_host_placement
+from testbed.cell.cellfile import CellFile
+from testbed.topology import single_host_placement
 from testbed.launch.command import WORKER_MODULE, worker_args
 from testbed.launch.pool import PooledRank, RankPool
 from testbed.net.backends import emulated_network

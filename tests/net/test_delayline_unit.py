@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from testbed.net.shaping import delayline as dl
+from testbed.net.shaping import delayline as dl, nfnetlink as nl
 
 
 def _attrs(msg: bytes) -> dict[int, bytes]:
@@ -22,41 +22,41 @@ def _attrs(msg: bytes) -> dict[int, bytes]:
 
 
 def test_config_binds_queue_with_metadata_copy_gso_and_long_queue():
-    bind, params, tune = dl.config_messages(7, maxlen=5000)
+    bind, params, tune = nl.config_messages(7, maxlen=5000)
     for m in (bind, params, tune):
         length, kind, flags = struct.unpack_from("=IHH", m)
-        assert length == len(m) and kind == dl.NFQNL_MSG_CONFIG
-        assert flags & dl.NLM_F_ACK  # errors (e.g. queue already bound) come back, not lost
+        assert length == len(m) and kind == nl.NFQNL_MSG_CONFIG
+        assert flags & nl.NLM_F_ACK  # errors (e.g. queue already bound) come back, not lost
         assert struct.unpack_from(">H", m, 18)[0] == 7  # res_id = queue number, big endian
-    assert _attrs(bind)[dl.NFQA_CFG_CMD][0] == dl.NFQNL_CFG_CMD_BIND
-    copy_range, mode = struct.unpack(">IB", _attrs(params)[dl.NFQA_CFG_PARAMS][:5])
-    assert (copy_range, mode) == (0, dl.NFQNL_COPY_META)
+    assert _attrs(bind)[nl.NFQA_CFG_CMD][0] == nl.NFQNL_CFG_CMD_BIND
+    copy_range, mode = struct.unpack(">IB", _attrs(params)[nl.NFQA_CFG_PARAMS][:5])
+    assert (copy_range, mode) == (0, nl.NFQNL_COPY_META)
     a = _attrs(tune)
-    assert struct.unpack(">I", a[dl.NFQA_CFG_QUEUE_MAXLEN])[0] == 5000
-    assert struct.unpack(">I", a[dl.NFQA_CFG_FLAGS])[0] == dl.NFQA_CFG_F_GSO
-    assert struct.unpack(">I", a[dl.NFQA_CFG_MASK])[0] == dl.NFQA_CFG_F_GSO
+    assert struct.unpack(">I", a[nl.NFQA_CFG_QUEUE_MAXLEN])[0] == 5000
+    assert struct.unpack(">I", a[nl.NFQA_CFG_FLAGS])[0] == nl.NFQA_CFG_F_GSO
+    assert struct.unpack(">I", a[nl.NFQA_CFG_MASK])[0] == nl.NFQA_CFG_F_GSO
 
 
 def test_batch_verdict_accepts_up_to_an_id():
-    m = dl.verdict_message(3, dl.NF_ACCEPT, 1234, batch=True)
-    assert struct.unpack_from("=H", m, 4)[0] == dl.NFQNL_MSG_VERDICT_BATCH
-    verdict, pid = struct.unpack(">II", _attrs(m)[dl.NFQA_VERDICT_HDR])
-    assert (verdict, pid) == (dl.NF_ACCEPT, 1234)
-    single = dl.verdict_message(3, dl.NF_DROP, 9, batch=False)
-    assert struct.unpack_from("=H", single, 4)[0] == dl.NFQNL_MSG_VERDICT
+    m = nl.verdict_message(3, nl.NF_ACCEPT, 1234, batch=True)
+    assert struct.unpack_from("=H", m, 4)[0] == nl.NFQNL_MSG_VERDICT_BATCH
+    verdict, pid = struct.unpack(">II", _attrs(m)[nl.NFQA_VERDICT_HDR])
+    assert (verdict, pid) == (nl.NF_ACCEPT, 1234)
+    single = nl.verdict_message(3, nl.NF_DROP, 9, batch=False)
+    assert struct.unpack_from("=H", single, 4)[0] == nl.NFQNL_MSG_VERDICT
 
 
 def _packet_msg(pid: int, extra_first: bool) -> bytes:
-    hdr = dl._attr(dl.NFQA_PACKET_HDR, struct.pack(">IHB", pid, 0x0800, 2) + b"\0")
-    other = dl._attr(9, b"\0" * 8)
+    hdr = nl._attr(nl.NFQA_PACKET_HDR, struct.pack(">IHB", pid, 0x0800, 2) + b"\0")
+    other = nl._attr(9, b"\0" * 8)
     attrs = other + hdr if extra_first else hdr
-    return dl._message(dl.NFQNL_MSG_PACKET, 0, attrs)
+    return nl._message(nl.NFQNL_MSG_PACKET, 0, attrs)
 
 
 def test_packet_ids_are_read_from_a_batch_of_messages():
     buf = b"".join(_packet_msg(i, extra_first=i % 2 == 0) for i in range(1, 6))
     ids: list[int] = []
-    errors = dl.packet_ids(memoryview(buf), len(buf), ids)
+    errors = nl.packet_ids(memoryview(buf), len(buf), ids)
     assert ids == [1, 2, 3, 4, 5] and errors == 0
 
 

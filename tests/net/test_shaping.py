@@ -17,7 +17,7 @@ import pytest
 
 from testbed.errors import ShapingError
 from testbed.net.backends import emulated_network
-from testbed.net.measure import rtt, throughput
+from testbed.net.linkprobe import rtt, throughput
 from testbed.net.shaping import shapers
 from testbed.net.steps import StepPlayer
 from testbed.topology import LinkProfile, Topology

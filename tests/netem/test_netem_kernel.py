@@ -16,11 +16,11 @@ import pytest
 
 from testbed.errors import ShapingError
 from testbed.net.backends import emulated_network
-from testbed.net.measure import rtt
+from testbed.net.linkprobe import rtt
 from testbed.net.shaping import tc
 from testbed.net.steps import StepPlayer
 from testbed.topology import GilbertElliott, LinkProfile
-from testbed.remote import shaping as remote
+from testbed.net.lab import nic as remote
 from twodc import ends, two_dc, two_dc_stepping
 
 pytestmark = [pytest.mark.root, pytest.mark.netem]

@@ -6,8 +6,8 @@ import ipaddress
 import pytest
 
 from testbed.errors import SpecError
-from testbed.remote.inventory import load_inventory
-from testbed.remote.ssh import command_line
+from testbed.net.lab.inventory import load_inventory
+from testbed.net.lab.ssh import command_line
 
 EXAMPLE = """\
 # a comment

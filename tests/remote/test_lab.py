@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 from testbed.errors import SpecError
-from testbed.remote import ssh
-from testbed.remote.inventory import load_inventory
-from testbed.remote.lab import Lab, local_versions
-from testbed.remote.process import FETCH_FAILED, RemoteProcess
+from testbed.net.lab import ssh
+from testbed.net.lab.inventory import load_inventory
+from testbed.net.lab.lab import Lab, local_versions
+from testbed.net.lab.process import FETCH_FAILED, RemoteProcess
 
 pytestmark = [pytest.mark.root, pytest.mark.remote]
 DCS = ["dc1", "dc2"]

@@ -16,10 +16,10 @@ from labuser import install_sudoers, render_sudoers
 from test_remote_run import experiment, only_row, run
 from testbed.net.shaping import tc
 from testbed.topology import LinkProfile
-from testbed.remote import ssh
-from testbed.remote.lab import Lab
-from testbed.remote.shaping import (HostShaping, RemoteShaper, Route, check, host_argvs,
-                                     read_argv, read_nic)
+from testbed.net.lab import ssh
+from testbed.net.lab.lab import Lab
+from testbed.net.lab.nic import Route, check, host_argvs, read_argv
+from testbed.net.lab.shaping import HostShaping, RemoteShaper, read_nic
 
 pytestmark = [pytest.mark.root, pytest.mark.remote]
 DCS = ["dc1", "dc2"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from testbed.net.network import local_gpu_count
-from testbed.remote.backend import RemoteBackend
-from testbed.remote.lab import Lab, gpu_count
+from testbed.net.backends.remote import RemoteBackend
+from testbed.net.lab.lab import Lab, gpu_count
 from testbed.topology import Topology
 
 from test_remote_run import experiment, only_row, remote_processes, run

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from testbed.remote.backend import align_trace
+from testbed.net.lab.network import align_trace
 from testbed.topology import LinkProfile
-from testbed.remote.shaping import Route, check, host_argvs, parse_u32
+from testbed.net.lab.nic import Route, check, host_argvs, parse_u32
 
 DC2 = [ipaddress.ip_network("10.2.0.0/24")]
 DC3 = [ipaddress.ip_network("10.3.0.0/24"), ipaddress.ip_network("10.30.0.0/16")]

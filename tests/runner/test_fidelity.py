@@ -14,11 +14,11 @@ import pytest
 
 from testbed.errors import MachineError
 from testbed.launch.loopback import run_local
-from testbed.metrics import load_traces
+from testbed.readout.traces import load_traces
 from testbed.plan import plan_all
-from testbed.runner import columns, fidelity as F
+from testbed.readout import columns, cpu as C, fidelity as F
 from testbed.runner.run import _one_line
-from testbed.runner.sections import degraded_section
+from testbed.report.sections import degraded_section
 from testbed.sim.calibration import SLEEP_OVERSHOOT_S
 from testbed.spec import Compute, ModelSpec, Parallel, Workload, load_experiment
 
@@ -109,7 +109,7 @@ def stat_line(user, nice, system, idle, iowait, irq, softirq, steal) -> str:
 def test_proc_stat_busy_counts_steal_and_not_iowait(tmp_path):
     p = tmp_path / "stat"
     p.write_text(stat_line(100, 10, 50, 800, 30, 5, 5, 20))
-    assert F.read_cpu_jiffies(p) == (190, 1020)  # guest (7 7) is inside user and nice
+    assert C.read_cpu_jiffies(p) == (190, 1020)  # guest (7 7) is inside user and nice
 
 
 @pytest.mark.parametrize("text", ["", "intr 1 2 3\n", "cpu 1 2 x 4 5 6 7 8\n", "cpu 1 2\n"])
@@ -117,15 +117,15 @@ def test_unreadable_proc_stat_is_a_machine_error(tmp_path, text):
     p = tmp_path / "stat"
     p.write_text(text)
     with pytest.raises(MachineError):
-        F.read_cpu_jiffies(p)
+        C.read_cpu_jiffies(p)
     with pytest.raises(MachineError):
-        F.read_cpu_jiffies(tmp_path / "absent")
+        C.read_cpu_jiffies(tmp_path / "absent")
 
 
 def test_sampler_gives_the_busy_share_between_its_samples(tmp_path):
     p = tmp_path / "stat"
     p.write_text(stat_line(100, 0, 0, 900, 0, 0, 0, 0))
-    s = F.CpuSampler(interval_s=3600, path=p)  # no sample from the thread in this test
+    s = C.CpuSampler(interval_s=3600, path=p)  # no sample from the thread in this test
     s.start()
     p.write_text(stat_line(175, 0, 5, 920, 0, 0, 0, 0))  # +80 busy of +100 ticks
     assert s.stop() == pytest.approx(80.0)
@@ -133,7 +133,7 @@ def test_sampler_gives_the_busy_share_between_its_samples(tmp_path):
 
 
 def test_busy_between_picks_the_samples_around_the_window():
-    s = F.CpuSampler()
+    s = C.CpuSampler()
     # (ns, busy, total): idle for a second, then fully busy for a second, then idle
     s.samples = [(0, 0, 0), (10**9, 0, 100), (2 * 10**9, 100, 200), (3 * 10**9, 100, 300)]
     s.busy_pct = 100 / 3
@@ -145,7 +145,7 @@ def test_busy_between_picks_the_samples_around_the_window():
 
 def test_stop_without_start_is_an_error():
     with pytest.raises(MachineError):
-        F.CpuSampler().stop()
+        C.CpuSampler().stop()
 
 
 # One core kept busy is 1/ncpu of the box; the slack allows for ticks at the window's edges
@@ -154,7 +154,7 @@ SPIN_SHARE_SLACK = 0.8
 
 
 def test_sampler_sees_this_process_keep_a_core_busy():
-    with F.CpuSampler(interval_s=0.05) as s:
+    with C.CpuSampler(interval_s=0.05) as s:
         end = time.monotonic() + 0.6
         while time.monotonic() < end:
             pass
@@ -219,9 +219,9 @@ def write_traces(cell_dir: Path, acts: list[tuple[int, int, int | None]]) -> Non
             "\n".join(json.dumps(r) for r in recs) + "\n")
 
 
-def sampler(samples: list[tuple[int, int, int]]) -> F.CpuSampler:
-    s = F.CpuSampler()
-    s.samples, s.busy_pct = samples, F.busy_pct(samples[0], samples[-1])
+def sampler(samples: list[tuple[int, int, int]]) -> C.CpuSampler:
+    s = C.CpuSampler()
+    s.samples, s.busy_pct = samples, C.busy_pct(samples[0], samples[-1])
     return s
 
 
@@ -245,15 +245,14 @@ def test_assess_a_cell_from_its_traces_row_plan_and_the_cpu_over_its_measured_it
 
 
 def test_assess_without_traces_uses_the_whole_phase_and_says_what_it_could_not_check(
-        tmp_path, monkeypatch):
+        tmp_path):
     (plan,) = plan_all(load_experiment(EXP))
     cpu = sampler([(0, 0, 0), (10**9, 95, 100)])
     d = F.assess(tmp_path, plan, {"delayline_drops": None}, cpu)
     assert d["cpu_busy_pct"] == 95.0 and d["fidelity"] == "degraded: CPU busy 95 % > 90 %"
     assert d["fidelity_unchecked"].startswith("compute overshoot (no traces)")
     # workers on lab hosts: this box's CPU is not theirs
-    monkeypatch.setattr(F, "REMOTE_BACKENDS", frozenset({plan.experiment.backend}))
-    d = F.assess(tmp_path, plan, {"delayline_drops": None}, cpu)
+    d = F.assess(tmp_path, plan, {"delayline_drops": None}, cpu, hosts_here=False)
     assert d["fidelity"] == "ok" and d["cpu_busy_pct"] is None
     assert "CPU (the workers ran on lab hosts)" in d["fidelity_unchecked"]
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from testbed.net import ledger as ledgers
-from testbed.runner.fidelity import CPU_BUSY_MAX_PCT
+from testbed.readout.fidelity import CPU_BUSY_MAX_PCT
 
 pytestmark = [pytest.mark.root, pytest.mark.torch]
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,10 +11,11 @@ import textwrap
 import pytest
 
 from testbed.errors import WorkerError
-from testbed.metrics import by_period, per_iteration
+from testbed.readout.traces import by_period, per_iteration
 from testbed.net.steps import StepPlayer
 from testbed.plan import plan_cell
-from testbed.runner.measured import log_times, program_metrics
+from testbed.readout.program import log_times, program_metrics
+from testbed.readout.series import series_csv
 from testbed.spec import PROJECT_ROOT, load_experiment
 from testbed.spec.workload import Program
 
@@ -38,8 +39,12 @@ def _plan(tmp_path, regex: str | None = None):
 
 
 def _metrics(tmp_path, regex: str | None = None, finished: bool = True):
+    """The program's columns; its series kept in iterations.csv as the runner keeps it."""
     cell = tmp_path / "cell"
-    return program_metrics(cell, _plan(tmp_path, regex), StepPlayer(None, []), finished)
+    out, series = program_metrics(cell, _plan(tmp_path, regex), StepPlayer(None, []), finished)
+    if series is not None:
+        (cell / "iterations.csv").write_bytes(series_csv(series))
+    return out
 
 
 def _trace(path, rank, iters, busy=None, end=True):

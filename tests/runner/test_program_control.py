@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.launch.supervise import stop_process
+from testbed.process import stop_process
 
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow,
               pytest.mark.timeout(600)]

@@ -16,8 +16,8 @@ from testbed.errors import WorkerError
 from testbed.launch.command import worker_env
 from testbed.net.ledger import Ledger
 from testbed.net.network import GPU_DEVICES, Network, Node, local_gpu_count
-from testbed.placement import in_order
-from testbed.runner.workers import rank_job
+from testbed.plan.placement import in_order
+from testbed.launch.workers import rank_job
 from testbed.topology import Topology
 
 TOPO = Topology(name="t", dcs=[{"name": "dc1", "hosts": 1}, {"name": "dc2", "hosts": 1}])

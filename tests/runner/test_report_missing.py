@@ -2,7 +2,7 @@
 time has no bubble) writes an empty cell and the plots it can, never a crash. No root."""
 from __future__ import annotations
 
-from testbed.runner.report import build_report
+from testbed.report.report import build_report
 
 HEAD = ("experiment,run_id,cell_id,repeat,status,error,links.inter_dc.delay_ms,backend,shaper,"
         "placement,placement_stage_dcs,schedule,executor,compute_mode,schedule_rule,pp,dp,"

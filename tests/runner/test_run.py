@@ -128,7 +128,7 @@ PLANNED = ROOT / "tests" / "runner" / "exps" / "planned.yaml"
 def test_planned_cells_run_the_placement_and_cross_dc_schedule_of_their_plan(tmp_path):
     """cba placement and geopipe / crosspipe_greedy: the runner plans each cell once; every
     rank runs exactly the planned compute order, on the planned DC."""
-    from testbed.metrics import load_traces
+    from testbed.readout.traces import load_traces
     from testbed.plan import plan_cell
     from testbed.spec import load_experiment
 

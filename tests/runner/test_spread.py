@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from testbed.metrics import summarize, wall_time_per_iteration
-from testbed.runner.sections import delay_bubble_table
-from testbed.runner.spread import median_ci
-from testbed.runner.tables import axes
+from testbed.readout.traces import summarize, wall_time_per_iteration
+from testbed.report.sections import delay_bubble_table
+from testbed.report.spread import median_ci
+from testbed.report.tables import axes
 from testbed.spec.workload import Workload
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from testbed.errors import EXIT_CELLS_FAILED, EXIT_MACHINE, StorageError
 from testbed.net import ledger as ledgers
-from testbed.runner.report import build_report
+from testbed.report.report import build_report
 from testbed.runner.store import RunStore, atomic_write
 
 pytestmark = pytest.mark.root

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from testbed.errors import SpecError
-from testbed.runner.report import build_report
-from testbed.runner.columns import ordered as ordered_columns
+from testbed.report.report import build_report
+from testbed.readout.columns import ordered as ordered_columns
 from testbed.runner.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,6 +80,6 @@ def test_report_rebuilds_summary_and_plots_from_the_csv_alone(store):
 def test_no_body_column_looks_like_a_link_column_or_repeats():
     # a body column named link_… was counted twice (body and link group): the CSV then had a
     # duplicated column and writing the parquet copy failed
-    from testbed.runner import columns
+    from testbed.readout import columns
     assert not [c for c in columns.BODY if columns.is_link_column(c)]
     assert len(set(columns.BODY)) == len(columns.BODY)

@@ -10,7 +10,8 @@ from testbed.schedule.generators import generate
 from testbed.schedule.ir import Kind, Schedule
 from testbed.schedule.lower import lower
 from testbed.schedule.registry import schedule_problems
-from testbed.sim.engine import Path, SimInput, simulate
+from testbed.sim.engine import simulate
+from testbed.sim.iteration import Path, SimInput
 from testbed.spec.workload import ComputeTimes
 
 F_MS, B_MS = 20.0, 40.0

@@ -12,9 +12,10 @@ from torch.distributed.pipelining.schedules import _Action, _validate_schedule
 
 from testbed.__main__ import main
 from testbed.launch.loopback import run_local
-from testbed.metrics import load_traces, losses
+from testbed.readout.traces import load_traces, losses
 from testbed.plan import plan_all
-from testbed.schedule.csvfile import Shape, read_csv, to_csv, write_csv
+from testbed.schedule.csvfile import read_csv, to_csv, write_csv
+from testbed.schedule.filecheck import Shape
 from testbed.schedule.generators import generate
 from testbed.spec import Compute, ModelSpec, Parallel, Workload, load_experiment
 

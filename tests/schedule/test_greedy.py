@@ -11,7 +11,8 @@ from testbed.schedule.greedy import crosspipe_greedy, greedy_schedule
 from testbed.schedule.ir import Schedule
 from testbed.schedule.lower import lower
 from testbed.sim import calibration
-from testbed.sim.engine import Path, SimInput, simulate
+from testbed.sim.engine import simulate
+from testbed.sim.iteration import Path, SimInput
 from testbed.spec.workload import ComputeTimes
 
 # The cross-check configuration (docs/crosspipe-comparison.md): p = 4 stages, m = 8

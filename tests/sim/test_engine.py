@@ -1,16 +1,18 @@
 """The discrete-event engine against closed forms and an independent timeline: bubble of GPipe
 and 1F1B, latency on every boundary, a bandwidth-limited link serialising transfers, every
-registered schedule finishing, activation memory, and the metric definitions of testbed.metrics."""
+registered schedule finishing, activation memory, and the metric definitions of
+testbed.readout.traces."""
 from __future__ import annotations
 
 import pytest
 
-from testbed.metrics import per_iteration, summarize
+from testbed.readout.traces import per_iteration, summarize
 from testbed.schedule.generators import generate
 from testbed.schedule.lower import lower, timeline
 from testbed.schedule.registry import SCHEDULES
 from testbed.sim import calibration
-from testbed.sim.engine import Path, SimInput, simulate
+from testbed.sim.engine import simulate
+from testbed.sim.iteration import Path, SimInput
 from testbed.spec import Workload
 from testbed.spec.workload import ComputeTimes
 
@@ -130,7 +132,7 @@ def test_gpipe_holds_every_microbatch_and_one_f_one_b_holds_p(no_overheads):
 
 
 def test_metrics_use_the_definitions_of_testbed_metrics():
-    # feed the simulated spans to testbed.metrics as if they were traces
+    # feed the simulated spans to testbed.readout.traces as if they were traces
     res = sim("1f1b", 4, 8, delay_s=0.004)
     ns = 1e9
     traces = {}

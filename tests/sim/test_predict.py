@@ -148,7 +148,7 @@ def test_window_limited_paths_scale_with_connections():
     """0.25 MiB buffers at 40 ms RTT cap one connection near 0.75 × 0.25 MiB per round trip
     (bench_transport's measurement); four connections move four windows; the 1 Gbit/s link
     is the limit once the windows exceed it; paths inside a DC are not capped."""
-    from testbed.launch.cellfile import Slot
+    from testbed.topology import Slot
 
     le = load_experiment(PROJECT_ROOT / "experiments" / "atlas.yaml")
     rates = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.metrics import load_traces
+from testbed.readout.traces import load_traces
 
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from testbed.metrics import load_traces, losses, metrics_from_traces
+from testbed.readout.traces import load_traces, losses, metrics_from_traces
 from testbed.spec import Compute, Filler as FillerSpec, ModelSpec, Parallel, Workload
 from testbed.train.filler import Filler, GapPredictor, RunningMean, fits
 from testbed.launch.loopback import run_local

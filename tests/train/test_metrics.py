@@ -6,7 +6,7 @@ import json
 import pytest
 
 from testbed.errors import WorkerError
-from testbed.metrics import load_traces, metrics_from_traces, percentile
+from testbed.readout.traces import load_traces, metrics_from_traces, percentile
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 
 MS = 1_000_000  # ns

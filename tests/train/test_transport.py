@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from testbed.metrics import load_traces, losses, transfer_times
+from testbed.readout.traces import load_traces, losses, transfer_times
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 from testbed.launch.loopback import run_local
 from testbed.train.transport import chunks

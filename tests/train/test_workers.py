@@ -12,8 +12,8 @@ import time
 import pytest
 
 from testbed.errors import WorkerError
-from testbed.metrics import load_traces, losses, metrics_from_traces
-from testbed.perfetto import export
+from testbed.readout.traces import load_traces, losses, metrics_from_traces
+from testbed.readout.perfetto import export
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 from testbed.launch.loopback import free_port, run_local, write_cell
 

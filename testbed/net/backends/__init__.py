@@ -1,8 +1,9 @@
 """Backends that realise a Topology behind one interface (``base.Backend``): ``netns``
-(pyroute2 namespaces), ``mininet`` and ``remote`` (lab hosts over SSH)."""
+(pyroute2 namespaces), ``mininet`` and ``remote`` (lab hosts over SSH). Which one an experiment
+names is looked up here, and only here; the parts above ask the backend what it can do
+(``Backend.hosts_here``, ``Backend.traces_live``), never which it is."""
 from __future__ import annotations
 
-import importlib
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -11,29 +12,42 @@ from testbed.errors import MachineError
 from testbed.net.backends.base import Backend
 from testbed.net.network import Network
 from testbed.net.shaping.interface import Shaper
+from testbed.spec import Experiment
 from testbed.topology import ResolvedLink, Topology
 
-# name → (module, class); imported on use so that a missing optional package (mininet,
-# fabric) only matters to experiments that ask for it.
-BACKENDS: dict[str, tuple[str, str]] = {
-    "netns": ("testbed.net.backends.netns", "NetnsBackend"),
-    "mininet": ("testbed.net.backends.mininet", "MininetBackend"),
-    "remote": ("testbed.remote.backend", "RemoteBackend"),
-}
+BACKENDS = ("netns", "mininet", "remote")
 
 
-def get_backend(name: str, lab=None) -> Backend:
-    """An instance of the named backend (``lab``: the remote backend's LabSettings, ignored by
-    the others); raises MachineError if its packages are missing."""
+def backend_class(name: str) -> type[Backend]:
+    """The class of the named backend, imported on use so that a missing optional package
+    (mininet) only matters to experiments that ask for it; raises MachineError if its
+    packages are missing."""
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; valid: {', '.join(BACKENDS)}")
-    module, cls = BACKENDS[name]
     try:
-        backend_cls = getattr(importlib.import_module(module), cls)
+        if name == "netns":
+            from testbed.net.backends.netns import NetnsBackend
+            return NetnsBackend
+        if name == "mininet":
+            from testbed.net.backends.mininet import MininetBackend
+            return MininetBackend
+        from testbed.net.backends.remote import RemoteBackend
+        return RemoteBackend
     except ImportError as e:
         raise MachineError(f"backend {name} needs {e.name}",
                            "run `bash setup.sh` (it installs every dependency)") from e
-    return backend_cls(lab)
+
+
+def get_backend(name: str) -> Backend:
+    """An instance of the named backend with no settings of an experiment; raises
+    MachineError if its packages are missing."""
+    return backend_class(name)()
+
+
+def experiment_backend(exp: Experiment, base_dir: Path) -> Backend:
+    """The backend ``exp`` asks for, with its settings (paths relative to ``base_dir``, the
+    experiment file's directory); raises MachineError if its packages are missing."""
+    return backend_class(exp.backend).for_experiment(exp, base_dir)
 
 
 @contextmanager

@@ -9,6 +9,7 @@ from pathlib import Path
 from testbed.net.ledger import Ledger
 from testbed.net.network import Network, Node
 from testbed.net.shaping.interface import Shaper
+from testbed.spec import Experiment
 from testbed.topology import ResolvedLink, Topology
 
 
@@ -18,7 +19,19 @@ class Backend(ABC):
     what the backend needs (lab hosts), ``close`` lets go of it."""
 
     name: str = "base"
-    hosts_here: bool = False  # its hosts are network namespaces of this machine
+    # What the parts above ask of a backend, instead of its name:
+    # its hosts are network namespaces of this machine, so the workers' CPUs are this box's and
+    # the pre-started interpreter can fork ranks into them;
+    hosts_here: bool = False
+    # a rank's trace can be read on this machine while the rank runs (``at_iteration`` steps
+    # are timed from rank 0's growing trace).
+    traces_live: bool = False
+
+    @classmethod
+    def for_experiment(cls, exp: Experiment, base_dir: Path) -> "Backend":
+        """This backend with the settings ``exp`` gives it (paths relative to ``base_dir``,
+        the experiment file's directory)."""
+        return cls()
 
     def __enter__(self) -> "Backend":
         self.open()

@@ -17,13 +17,11 @@ log = logging.getLogger(__name__)
 
 
 class LocalBackend(Backend):
-    """A backend whose networks live in this machine's kernel (``lab`` settings, which only
-    the remote backend reads, are accepted and ignored so that every backend is made alike)."""
+    """A backend whose networks live in this machine's kernel: its hosts are namespaces here,
+    their traces files here."""
 
     hosts_here = True
-
-    def __init__(self, lab=None) -> None:
-        del lab
+    traces_live = True
 
     def shaper_choice(self, requested: str) -> tuple[str, str]:
         """``auto`` is netem where this kernel has it, else the delay line."""

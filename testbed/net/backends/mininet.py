@@ -28,40 +28,30 @@ Only Mininet's node, link and switch classes are used, not its ``Mininet`` conta
 from __future__ import annotations
 
 import ipaddress
-import logging
-import re
-import shlex
 import shutil
 import subprocess
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mininet.link import Link
 from mininet.node import Host
 from mininet.nodelib import LinuxBridge
 
-from testbed.errors import CommandError, MachineError, NetworkError
+from testbed.errors import MachineError, NetworkError
 from testbed.net import ledger as ledgers
-from testbed.net.network import LinkEnd, Network, Node
 from testbed.net.backends.local import LocalBackend
+from testbed.net.backends.mininetnodes import (PORTS_GONE_S, Parts, RecordedBridge,
+                                               RecordedHost, await_ports_gone, shell_run)
 from testbed.net.ledger import Ledger
+from testbed.net.network import LinkEnd, Network, Node
 from testbed.net.tcp import (allow_congestion_control, host_sysctls,
                              make_room_for_neighbours)
 from testbed.topology import IFNAMSIZ, ResolvedLink, Topology
-
-log = logging.getLogger(__name__)
 
 HOST_IFACE = "eth0"
 ROUTER_IFACE = "eth0"
 # Mininet runs ifconfig and brctl itself (its own setup() would exit(1) without them).
 REQUIRED_TOOLS = ("mnexec", "ifconfig", "brctl", "ip", "sysctl")
 SHELL_MARK = b"mininet:tb"  # argv of every shell this backend starts: "... -is mininet:<tag>-…"
-# Dead namespaces' veths vanish asynchronously (about 40 ms for 68 namespaces here); after
-# this long the remaining ports are deleted one by one instead.
-PORTS_GONE_S = 5.0
-POLL_S = 0.005
-_RC = re.compile(r"__rc=(\d+)\s*$")
 
 
 def switch_name(tag: str, i: int) -> str:
@@ -82,80 +72,6 @@ def router_port(tag: str, i: int) -> str:
 def link_iface(peer: str) -> str:
     """The interface in a router that sends towards DC ``peer`` (as in ``netns``)."""
     return f"to-{peer}"
-
-
-class _Recorded:
-    """Mixin for Mininet nodes: every process Mininet spawns for the node (its shell first)
-    goes into the ledger the moment it exists, so ``clean`` finds it after a SIGKILL."""
-
-    ledger: Ledger
-
-    def _popen(self, cmd, **params):
-        proc = super()._popen(cmd, **params)
-        self.ledger.add_process(proc.pid)
-        return proc
-
-
-class _Host(_Recorded, Host):
-    def __init__(self, name: str, ledger: Ledger):
-        self.ledger = ledger
-        Host.__init__(self, name)
-
-
-class _Bridge(_Recorded, LinuxBridge):
-    def __init__(self, name: str, dpid: str, ledger: Ledger):
-        self.ledger = ledger
-        LinuxBridge.__init__(self, name, dpid=dpid, inNamespace=False)
-
-
-@dataclass
-class _Parts:
-    """Mininet's objects for one network, kept for talking to its shells and ending them."""
-
-    switches: list[LinuxBridge] = field(default_factory=list)
-    nodes: list[Host] = field(default_factory=list)
-    routers: dict[str, Host] = field(default_factory=dict)
-    switch_nodes: dict[str, Node] = field(default_factory=dict)
-
-    def terminate(self) -> None:
-        """Mininet's ``terminate`` for every node (SIGHUP to its shell, close its pty, reap it);
-        goes on past failures."""
-        for node in reversed(self.nodes + self.switches):
-            try:
-                node.terminate()
-            except Exception as e:  # the ledger still lists the pid: destroy stops it
-                log.warning("mininet: ending %s failed: %s", node, e)
-        self.switches, self.nodes = [], []
-
-
-def _exists(ifname: str) -> bool:
-    """Whether a root-namespace interface exists (this process's /sys is the root's)."""
-    return Path(f"/sys/class/net/{ifname}").exists()
-
-
-def _await_ports_gone(ledger: Ledger, bridges: set[str], timeout_s: float) -> None:
-    """Wait for the kernel to remove the switch ports of dead namespaces, then drop every
-    vanished name from the ledger so that ``destroy`` deletes only what is left."""
-    deadline = time.monotonic() + timeout_s
-    while any(_exists(n) for n in ledger.root_links if n not in bridges):
-        if time.monotonic() > deadline:
-            log.warning("mininet %s: switch ports outlived their namespaces; deleting them",
-                        ledger.tag)
-            break
-        time.sleep(POLL_S)
-    ledger.root_links = [n for n in ledger.root_links if _exists(n)]
-    ledger.save()
-
-
-def _cmd(node: Host, argv: list[str]) -> str:
-    """Run argv through the node's Mininet shell (quoted, no shell syntax from configuration);
-    returns its output; raises CommandError on a non-zero exit."""
-    out = node.cmd(shlex.join(argv) + "; echo __rc=$?")
-    m = _RC.search(out)
-    rc = int(m.group(1)) if m else -1
-    if rc != 0:
-        raise CommandError(argv, rc, out, node.name)
-    return out[:m.start()]
 
 
 def check_machine() -> None:
@@ -197,9 +113,8 @@ class MininetBackend(LocalBackend):
 
     name = "mininet"
 
-    def __init__(self, lab=None) -> None:
-        super().__init__(lab)
-        self._parts: dict[str, _Parts] = {}
+    def __init__(self) -> None:
+        self._parts: dict[str, Parts] = {}
 
     def argv_in(self, node: Node, argv: list[str]) -> list[str]:
         """``argv`` wrapped as ``mnexec -a <shell pid> argv``. Raises NetworkError if the node's
@@ -239,7 +154,7 @@ class MininetBackend(LocalBackend):
         net = Network(topology=topology, links=links, ledger=ledger, backend=self)
         ledger.backend = self.name
         ledger.save()
-        self._parts[ledger.tag] = parts = _Parts()
+        self._parts[ledger.tag] = parts = Parts()
         try:
             for i, dc in enumerate(topology.dcs, start=1):
                 self._dc(net, parts, i, dc.name)
@@ -270,7 +185,7 @@ class MininetBackend(LocalBackend):
                 ledgers.stop_pids([pid for pid, start in net.ledger.processes
                                    if ledgers.proc_start_time(pid) == start])
                 bridges = {switch_name(net.tag, i + 1) for i in range(len(net.topology.dcs))}
-                _await_ports_gone(net.ledger, bridges, PORTS_GONE_S)
+                await_ports_gone(net.ledger, bridges, PORTS_GONE_S)
         finally:
             ledgers.destroy(net.ledger)
 
@@ -283,8 +198,8 @@ class MininetBackend(LocalBackend):
         net.ledger.save()
         return name
 
-    def _dc(self, net: Network, parts: _Parts, i: int, dc: str) -> None:
-        sw = _Bridge(self._root_link(net, switch_name(net.tag, i)), f"{i:x}", net.ledger)
+    def _dc(self, net: Network, parts: Parts, i: int, dc: str) -> None:
+        sw = RecordedBridge(self._root_link(net, switch_name(net.tag, i)), f"{i:x}", net.ledger)
         parts.switches.append(sw)
         parts.switch_nodes[dc] = Node(name=f"{dc}-switch", dc=dc, ns=str(sw.pid),
                                       ip=net.topology.subnet(dc).network_address, iface=sw.name)
@@ -293,10 +208,10 @@ class MininetBackend(LocalBackend):
             self._host(net, parts, sw, i, dc, j)
         sw.start([])  # creates the bridge and enslaves every port made above
 
-    def _node(self, net: Network, parts: _Parts, name: str) -> Host:
-        host = _Host(name, net.ledger)
+    def _node(self, net: Network, parts: Parts, name: str) -> Host:
+        host = RecordedHost(name, net.ledger)
         parts.nodes.append(host)
-        _cmd(host, ["ip", "link", "set", "lo", "up"])
+        shell_run(host, ["ip", "link", "set", "lo", "up"])
         return host
 
     def _attach(self, net: Network, node: Host, sw: LinuxBridge, port: str, iface: str,
@@ -304,44 +219,44 @@ class MininetBackend(LocalBackend):
         """A veth from ``node``'s ``iface`` (created inside its namespace) to bridge port
         ``port`` (created in the root namespace), with the address on ``iface``."""
         Link(node, sw, intfName1=iface, intfName2=self._root_link(net, port))
-        _cmd(node, ["ip", "addr", "add", f"{ip}/{prefixlen}", "dev", iface])
+        shell_run(node, ["ip", "addr", "add", f"{ip}/{prefixlen}", "dev", iface])
 
-    def _router(self, net: Network, parts: _Parts, sw: LinuxBridge, i: int, dc: str) -> None:
+    def _router(self, net: Network, parts: Parts, sw: LinuxBridge, i: int, dc: str) -> None:
         topo = net.topology
         r = self._node(net, parts, f"{net.tag}-{dc}")
-        _cmd(r, ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+        shell_run(r, ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
         self._attach(net, r, sw, router_port(net.tag, i), ROUTER_IFACE,
                      topo.router_ip(dc), topo.subnet(dc).prefixlen)
         net.routers[dc] = Node(name=f"{dc}-router", dc=dc, ns=str(r.pid), ip=topo.router_ip(dc),
                                iface=ROUTER_IFACE)
         parts.routers[dc] = r
 
-    def _host(self, net: Network, parts: _Parts, sw: LinuxBridge, i: int, dc: str,
+    def _host(self, net: Network, parts: Parts, sw: LinuxBridge, i: int, dc: str,
               j: int) -> None:
         topo = net.topology
         h = self._node(net, parts, f"{net.tag}-{dc}-{j}")
         self._attach(net, h, sw, switch_port(net.tag, i, j), HOST_IFACE,
                      topo.host_ip(dc, j), topo.subnet(dc).prefixlen)
-        _cmd(h, ["ip", "route", "add", "default", "via", str(topo.router_ip(dc))])
-        _cmd(h, ["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in host_sysctls(topo).items())])
+        shell_run(h, ["ip", "route", "add", "default", "via", str(topo.router_ip(dc))])
+        shell_run(h, ["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in host_sysctls(topo).items())])
         net.hosts[(dc, j)] = Node(name=f"{dc}-{j}", dc=dc, ns=str(h.pid), ip=topo.host_ip(dc, j),
                                   iface=HOST_IFACE, index=j)
 
-    def _link(self, net: Network, parts: _Parts, link: ResolvedLink) -> None:
+    def _link(self, net: Network, parts: Parts, link: ResolvedLink) -> None:
         """Router ↔ router veth ``to-<b>``/``to-<a>``: both ends live in router namespaces."""
         ra, rb = parts.routers[link.a], parts.routers[link.b]
         ip_a, ip_b = list(link.transit.hosts())[:2]
         ia, ib = link_iface(link.b), link_iface(link.a)
         Link(ra, rb, intfName1=ia, intfName2=ib)
-        _cmd(ra, ["ip", "addr", "add", f"{ip_a}/{link.transit.prefixlen}", "dev", ia])
-        _cmd(rb, ["ip", "addr", "add", f"{ip_b}/{link.transit.prefixlen}", "dev", ib])
+        shell_run(ra, ["ip", "addr", "add", f"{ip_a}/{link.transit.prefixlen}", "dev", ia])
+        shell_run(rb, ["ip", "addr", "add", f"{ip_b}/{link.transit.prefixlen}", "dev", ib])
         net.link_ends.append(LinkEnd(link, net.routers[link.a], ia, link.b, ip_b))
         net.link_ends.append(LinkEnd(link, net.routers[link.b], ib, link.a, ip_a))
 
-    def _routes(self, net: Network, parts: _Parts) -> None:
+    def _routes(self, net: Network, parts: Parts) -> None:
         for dc, targets in net.topology.routes(net.links).items():
             router = parts.routers[dc]
             for dst, hop in targets.items():
                 end = next(e for e in net.link_ends if e.router.dc == dc and e.peer == hop)
-                _cmd(router, ["ip", "route", "add", str(net.topology.subnet(dst)),
+                shell_run(router, ["ip", "route", "add", str(net.topology.subnet(dst)),
                               "via", str(end.peer_ip)])

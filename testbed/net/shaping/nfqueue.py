@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from testbed.net.network import Network
 from testbed.net.shaping import tc
-from testbed.linkprofile import LinkProfile
+from testbed.topology import LinkProfile
 
 # iptables keeps the statistic match's probability as a 31-bit fraction and prints it with 11
 # digits (0.3 → 0.30000000009).

@@ -86,8 +86,8 @@ class Instrument:
     def optimizer_step(self) -> None:
         """Record that an optimizer finished a step (``opt``: its end on this rank's clock):
         for a program that neither pipelines nor marks its iterations, each such step ends
-        one (``testbed.metrics.iterations_from_optimizer``). Steps inside a pipelining step
-        or between marks are recorded too; the readout uses them only without ``iter``
+        one (``testbed.readout.traces.iterations_from_optimizer``). Steps inside a pipelining
+        step or between marks are recorded too; the readout uses them only without ``iter``
         records."""
         tr = self._trace()
         tr.record(type="opt", t=time.monotonic_ns())

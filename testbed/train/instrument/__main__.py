@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from testbed.launch.cellfile import CellFile, CellFileError
+from testbed.cell.cellfile import CellFile, CellFileError
 from testbed.train.instrument import ENV_AT_START, Instrument, install
 
 

@@ -1,0 +1,144 @@
+"""Starting a cell's workers on whatever network the backend built, one launch contract for all:
+the cell file is copied where each host sees it, the environment and argv come from
+``testbed.launch.command``, and each rank's trace comes back into the cell directory.
+
+With ``workload.program`` each rank runs that program instead of the built-in worker, with
+torchrun's environment, in a working directory of its own per cell (``rank<R>/`` in the cell
+directory, on a lab host in its run directory): what a program writes stays with its rank and
+cell. The files it names are given by absolute path (on a lab host, copied into that directory
+first) and ``program.files`` appear in it under the names the program uses.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack
+from pathlib import Path, PurePath
+
+from testbed.cell.celldir import CellDir
+from testbed.errors import WorkerError, writing
+from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, Command, RankJob,
+                                    cuda_device, program_argv, program_env, program_files,
+                                    remote_argv, worker_args, worker_argv, worker_env)
+from testbed.launch.pool import RankPool
+from testbed.net.network import Network, Node
+from testbed.plan import CellPlan
+from testbed.process import ProcessHandle, stop_process
+from testbed.topology import Slot, local_world_sizes
+
+
+def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitStack,
+                  pool: RankPool | None = None) -> dict[int, ProcessHandle]:
+    """Start one worker (or the workload's program) per rank of ``plan`` inside its host (the
+    ranks of one host share it and its run directory); each
+    is stopped when ``stack`` closes (also on failure). Built-in workers on hosts of this
+    machine are forked from ``pool`` when given (see testbed.launch.pool). Returns rank →
+    process handle; raises WorkerError (before any rank starts) when a host has fewer GPUs
+    than ranks."""
+    slots = plan.slots
+    jobs = {s.rank: rank_job(net, s, slots, plan.experiment.timeout_s,
+                             plan.cell.cell_id) for s in slots}
+    copied: set[Node] = set()
+    procs: dict[int, ProcessHandle] = {}
+    for slot in slots:
+        node = net.host(*slot.host)
+        there = CellDir(net.files_dir(node, Path(cell_dir.root)))
+        if node not in copied:  # a second copy could rewrite a file a rank is reading
+            net.put(node, Path(cell_dir.cell_file), there.cell_file)
+            copied.add(node)
+        command = _command(net, node, plan, jobs[slot.rank], cell_dir, there)
+        if pool is not None and _poolable(net, node, plan, cell_dir, there):
+            procs[slot.rank] = _fork(pool, net, node, jobs[slot.rank], cell_dir, there,
+                                     command.env, stack)
+        else:
+            procs[slot.rank] = _start(net, node, jobs[slot.rank], command, cell_dir, there,
+                                      stack)
+    return procs
+
+
+def rank_job(net: Network, slot: Slot, slots: list[Slot], timeout_s: float,
+             run_id: str = "none") -> RankJob:
+    """What ``slot``'s rank is told: rank 0's host is the master; LOCAL_RANK and
+    LOCAL_WORLD_SIZE from the ranks sharing its host, GROUP_RANK from its host's place among
+    the cell's hosts; how many ranks share its machine (every host with a namespace here
+    shares this one); its GPU where the host has GPUs (``Network.gpu_count``). Raises
+    WorkerError when a host has fewer GPUs than ranks."""
+    node, master = net.host(*slot.host), net.host(*slots[0].host)
+    local = local_world_sizes(slots)
+    here = [s for s in slots if net.netns_file(net.host(*s.host)) is not None]
+    machine = len(here) if net.netns_file(node) is not None else local[slot.host]
+    return RankJob(slot.rank, len(slots), str(master.ip), MASTER_PORT, node.iface, timeout_s,
+                   slot.local_rank, local[slot.host],
+                   cuda_device(node.name, slot.local_rank, local[slot.host],
+                               net.gpu_count(node)),
+                   group_rank=list(local).index(slot.host), group_world_size=len(local),
+                   machine_ranks=machine, run_id=run_id)
+
+
+def _poolable(net: Network, node: Node, plan: CellPlan, here: CellDir, there: CellDir) -> bool:
+    """A built-in worker on a host of this machine (it sees the cell directory as it is)."""
+    return (plan.experiment.workload.program is None and there.root == here.root
+            and net.netns_file(node) is not None)
+
+
+def _fork(pool: RankPool, net: Network, node: Node, job: RankJob, here: CellDir,
+          there: CellDir, env: dict[str, str], stack: ExitStack) -> ProcessHandle:
+    rank = pool.start(net.netns_file(node), WORKER_MODULE,
+                      worker_args(there.cell_file, there.root), env,
+                      here.worker_log(job.rank))
+    net.ledger.add_process(rank.pid)  # `clean` stops it if this process dies
+    stack.callback(stop_process, rank)
+    return rank
+
+
+def _command(net: Network, node: Node, plan: CellPlan, job: RankJob, here: CellDir,
+             there: CellDir) -> Command:
+    """The built-in worker's command, or the program's: it runs in a working directory of its
+    own per rank and cell (``CellDir.rank_dir``), with the files it names given by absolute
+    path (copied first where the host does not see this machine's files)."""
+    w = plan.experiment.workload
+    if w.program is None:
+        return Command(worker_argv(sys.executable, there.cell_file, there.root), worker_env(job))
+    env = program_env(job, w.program.env, there.cell_file, there.root)
+    env["TESTBED_EXPERIMENT_DIR"] = str(w.base_dir)
+    argv = program_argv(sys.executable, w.program.argv, there.cell_file, there.root)
+    files = program_files(w.program.argv, w.program.files, w.base_dir)
+    workdir = there.rank_dir(job.rank)
+    if there.root == here.root:  # the host sees this machine's files
+        _link_files(Path(workdir), w.program.files, w.base_dir)
+        return Command(remote_argv(argv, {n: p.resolve() for n, p in files.items()}), env,
+                       workdir)
+    net.run(node, ["mkdir", "-p", str(workdir)])
+    placed = {name: workdir / PurePath(name).name if PurePath(name).is_absolute()
+              else workdir / name for name in files}
+    for name, local in files.items():  # each rank its own copy, in its own directory
+        net.put(node, local, placed[name])
+    return Command(remote_argv(argv, placed), env, workdir)
+
+
+def _link_files(workdir: Path, names: list[str], base_dir: Path) -> None:
+    """Make ``workdir`` and link each of ``program.files`` into it under the name the program
+    uses (relative to the experiment file's directory; an absolute path under its file name),
+    so it finds them as it did there. Raises StorageError when that cannot be written."""
+    with writing(workdir, "create"):
+        workdir.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            link = workdir / (name if not PurePath(name).is_absolute() else PurePath(name).name)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.is_symlink():
+                link.symlink_to((base_dir / name).resolve())
+
+
+def _start(net: Network, node: Node, job: RankJob, command: Command, here: CellDir,
+           there: CellDir, stack: ExitStack) -> ProcessHandle:
+    with writing(here.worker_log(job.rank), "create"):
+        log = open(here.worker_log(job.rank), "wb")
+    stack.callback(log.close)
+    try:
+        proc = net.start(node, command.argv, command.env, log,
+                         outputs=[(there.trace(job.rank), Path(here.trace(job.rank)))],
+                         cwd=command.cwd)
+    except OSError as e:  # a program or working directory that is not there: this cell fails
+        raise WorkerError(f"rank {job.rank} could not start {command.argv[0]!r} in "
+                          f"{command.cwd or '.'}: {e.strerror}") from None
+    stack.callback(stop_process, proc)
+    return proc

@@ -1,0 +1,122 @@
+"""A built network whose nodes are lab hosts (``testbed.net.backends.remote`` builds it):
+``run``, ``popen`` and ``start`` go over SSH, files are put and fetched over SFTP, and a
+worker's trace is moved onto the controller's clock as it is fetched (``align_trace``).
+
+Commands run as argument lists quoted into the remote shell; an argv that starts with this
+interpreter (``sys.executable``) runs with the host's ``testbed_python`` instead.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath, PurePosixPath
+from typing import IO
+
+from testbed.errors import writing
+from testbed.net.lab import ssh
+from testbed.net.lab.inventory import LabHost
+from testbed.net.lab.lab import Lab
+from testbed.net.lab.process import RemoteProcess
+from testbed.net.network import RUN_TIMEOUT_S, Network, Node
+
+TIME_FIELDS = ("t", "t0", "t1")
+TRACE_SUFFIX = ".jsonl"   # outputs in the trace format: their times move onto this clock
+
+
+def align_trace(text: str, offset_ns: int, uncertainty_ns: int) -> str:
+    """A worker's trace with its monotonic times moved onto the controller's clock (minus the
+    host's offset); the meta record notes the offset and its uncertainty."""
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            out.append(line)  # a torn last line stays as it was (readers skip it)
+            continue
+        for k in TIME_FIELDS:
+            if isinstance(rec.get(k), int):
+                rec[k] -= offset_ns
+        if rec.get("type") == "meta":
+            rec.update(clock_offset_ns=offset_ns, clock_offset_uncertainty_ns=uncertainty_ns)
+        out.append(json.dumps(rec))
+    return "".join(line + "\n" for line in out)
+
+
+@dataclass
+class RemoteNetwork(Network):
+    """A Network whose nodes are lab hosts; ``run`` and ``popen`` go over SSH."""
+
+    lab: Lab | None = None
+    run_dir: str = ""
+    procs: list[RemoteProcess] = field(default_factory=list)
+
+    def lab_host(self, node: Node) -> LabHost:
+        return self.lab.host(node.name)
+
+    def _argv(self, host: LabHost, argv: list[str]) -> list[str]:
+        return [host.python, *argv[1:]] if argv and argv[0] == sys.executable else list(argv)
+
+    def argv_in(self, node: Node, argv: list[str]) -> list[str]:
+        return ["ssh", node.name, *self._argv(self.lab_host(node), argv)]  # for messages only
+
+    def run(self, node: Node, argv: list[str], timeout: float = RUN_TIMEOUT_S,
+            check: bool = True) -> subprocess.CompletedProcess:
+        """Run ``argv`` on the node's host and wait; CommandError on failure when ``check``."""
+        host = self.lab_host(node)
+        r = ssh.run(self.lab.conns[host.name], host, self._argv(host, argv), timeout=timeout,
+                    check=check)
+        return subprocess.CompletedProcess(argv, r.returncode, r.stdout, r.stderr)
+
+    def popen(self, node: Node, argv: list[str], stdout=None, stderr=None) -> RemoteProcess:
+        """Start ``argv`` on the node's host; its output (stdout and stderr together) goes to
+        ``stdout`` when that is a file. Stopped by teardown."""
+        host = self.lab_host(node)
+        out = stdout if hasattr(stdout, "write") else None
+        proc = RemoteProcess(self.lab.conns[host.name], host, self._argv(host, argv),
+                             cwd=host.home, output=out)
+        self.procs.append(proc)
+        return proc
+
+    def gpu_count(self, node: Node) -> int:
+        """The GPUs the node's host reported when the lab was opened."""
+        return self.lab.gpus.get(node.name, 0)
+
+    def files_dir(self, node: Node, local_dir: Path) -> PurePath:
+        """The run directory on the node's host (one per network, made by ``build``; the
+        ranks of one host share it: their files are named by rank)."""
+        return PurePosixPath(self.run_dir)
+
+    def put(self, node: Node, local: Path, there: PurePath) -> None:
+        """Copy a file to the node's host over SFTP."""
+        self.lab.conns[self.lab_host(node).name].sftp().put(str(local), str(there))
+
+    def start(self, node: Node, argv: list[str], env: dict[str, str], log_file: IO[bytes],
+              outputs: list[tuple[PurePath, Path]] = (),
+              cwd: PurePath | None = None) -> RemoteProcess:
+        """Start ``argv`` on the node's host with ``env``, stream its output into ``log_file``;
+        when it exits, ``outputs`` are fetched over SFTP (traces moved onto this clock)."""
+        host = self.lab_host(node)
+        proc = RemoteProcess(self.lab.conns[host.name], host, self._argv(host, argv),
+                             cwd=str(cwd) if cwd else host.home, env=env, output=log_file,
+                             on_exit=lambda p: self.fetch(host, outputs))
+        self.procs.append(proc)
+        return proc
+
+    def fetch(self, host: LabHost, outputs: list[tuple[PurePath, Path]]) -> None:
+        """Copy each (file there, file here) from the host; trace files (JSONL) are aligned to
+        the controller's clock with the host's measured offset. Files that were not written
+        are skipped."""
+        off = self.lab.offsets.get(host.name)
+        for there, here in outputs:
+            try:
+                with self.lab.conns[host.name].sftp().open(str(there), "r") as f:
+                    text = f.read().decode("utf-8", errors="replace")
+            except FileNotFoundError:  # a program that writes no trace (not instrumented)
+                continue
+            if there.suffix == TRACE_SUFFIX:
+                text = align_trace(text, off.monotonic_offset_ns if off else 0,
+                                   off.uncertainty_ns if off else 0)
+            with writing(here):
+                Path(here).write_text(text, encoding="utf-8")

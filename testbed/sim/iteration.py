@@ -1,0 +1,115 @@
+"""One simulated iteration as data: what the engine (``testbed.sim.engine``) is given (the
+lowered schedule, each stage's compute times, the message size, the path between every two
+ranks) and what it gives back (each rank's timed spans and the metrics
+``testbed.readout.traces`` defines for measured ones).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from testbed.schedule.ir import Kind, Schedule
+from testbed.sim import calibration as C
+
+
+@dataclass(frozen=True)
+class Path:
+    """How bytes go from one rank to another: the shaped hops they occupy (each a FIFO),
+    the bottleneck rate (bit/s; None when nothing is shaped) and the one-way delay (s)."""
+
+    hops: tuple[str, ...]
+    rate_bps: float | None
+    delay_s: float
+
+    def serialization_s(self, nbytes: int) -> float:
+        """Time the bytes occupy the path's bottleneck."""
+        if self.rate_bps is None:
+            return nbytes / C.UNSHAPED_BYTES_PER_S
+        return nbytes * C.WIRE_BYTES_PER_PAYLOAD_BYTE * 8 / self.rate_bps
+
+
+UNSHAPED = Path((), None, 0.0)
+
+
+class StageTimes(Protocol):
+    """Emulated compute times of one virtual stage, seconds per microbatch (the executor's
+    ``testbed.spec.workload.ComputeTimes`` is one): F, B, W, and I = B − W."""
+
+    f: float
+    b: float
+    w: float
+
+    @property
+    def i(self) -> float: ...
+
+
+def duration(t: StageTimes, kind: Kind) -> float:
+    """The emulated time of a compute action of ``kind``."""
+    return {Kind.F: t.f, Kind.B: t.b, Kind.I: t.i, Kind.W: t.w}[kind]
+
+
+@dataclass
+class SimInput:
+    """Everything one simulated iteration needs.
+
+    ``schedule`` is lowered (has SEND/RECV); ``times[s]`` per virtual stage; ``message_bytes``
+    per activation or gradient; ``path(src, dst)`` between global ranks; ``allreduce_s[pp_rank]``
+    is the data-parallel all-reduce time of that pipeline rank (ignored when dp = 1).
+    """
+
+    schedule: Schedule
+    times: list[StageTimes]
+    message_bytes: int
+    dp: int = 1
+    paths: dict[tuple[int, int], Path] = field(default_factory=dict)
+    allreduce_s: list[float] = field(default_factory=list)
+
+    def path(self, src: int, dst: int) -> Path:
+        return self.paths.get((src, dst), UNSHAPED)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One timed record of a rank, as the executor's trace has it (``cat``: compute, comm,
+    wait)."""
+
+    rank: int
+    kind: str
+    stage: int | None
+    microbatch: int | None
+    t0: float
+    t1: float
+    cat: str
+
+
+@dataclass
+class SimResult:
+    """A predicted iteration: per-rank spans and the metrics ``testbed.readout.traces`` defines."""
+
+    spans: list[Span]
+    span_s: float
+    busy_s: list[float]
+    wait_s: list[float]
+    peak_inflight_per_stage: list[int]
+    peak_inflight_per_rank: list[int]
+
+    @property
+    def bubble_ratios(self) -> list[float]:
+        return [(self.span_s - b) / self.span_s for b in self.busy_s]
+
+    def metrics(self) -> dict[str, float]:
+        """The same definitions as ``testbed.readout.traces.summarize`` (idle / span per rank)."""
+        ratios = self.bubble_ratios
+        busy = sum(self.busy_s)
+        idle = sum(self.span_s - b for b in self.busy_s)
+        return {
+            "iteration_time_s": self.span_s,
+            "bubble_ratio": sum(ratios) / len(ratios),
+            "bubble_ratio_max": max(ratios),
+            "bubble_ratio_megatron": idle / busy if busy else float("nan"),
+            "exposed_comm_s": sum(self.wait_s) / len(self.wait_s),
+        }
+
+
+class Deadlock(ValueError):
+    """No rank can move: the action lists wait on each other."""
