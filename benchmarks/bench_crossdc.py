@@ -25,7 +25,7 @@ from testbed.schedule.ir import Schedule
 from testbed.schedule.lower import lower
 from testbed.sim.engine import simulate
 from testbed.sim.iteration import UNSHAPED, Path, SimInput, SimResult
-from testbed.spec.workload import ComputeTimes
+from testbed.spec.costs import ComputeTimes
 
 PP, M, F_MS, B_MS = 4, 8, 20.0, 40.0
 DELAY_MS = 2 * F_MS

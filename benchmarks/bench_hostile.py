@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from testbed.spec.load import MAX_TRACE_BYTES
+from testbed.spec.topofile import MAX_TRACE_BYTES
 from testbed.spec.matrix import MAX_CELLS
 from testbed.spec.source import MAX_YAML_BYTES
 

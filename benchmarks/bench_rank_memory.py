@@ -42,7 +42,7 @@ import torch.distributed as dist
 import testbed
 from testbed.launch.loopback import free_port, run_local
 from testbed.spec import Compute, Parallel, Workload
-from testbed.spec.workload import FLOAT32_BYTES
+from testbed.spec.costs import FLOAT32_BYTES
 
 from benchsave import add_save, saved
 

@@ -31,7 +31,7 @@ from testbed.sim.iteration import Path, SimInput, StageTimes
 from testbed.sim.inputs import allreduce_s, build_input
 from testbed.sim.paths import PathModel
 from testbed.spec import Cell, Experiment
-from testbed.spec.workload import gradient_bytes, message_bytes, stage_times
+from testbed.spec.costs import gradient_bytes, message_bytes, stage_times
 
 log = logging.getLogger(__name__)
 

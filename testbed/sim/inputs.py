@@ -11,7 +11,7 @@ from testbed.schedule.lower import lower
 from testbed.sim import calibration as C
 from testbed.sim.iteration import SimInput, StageTimes
 from testbed.sim.paths import PathModel
-from testbed.spec.workload import reduce_step_s, ring_chunk_bytes
+from testbed.spec.costs import reduce_step_s, ring_chunk_bytes
 
 
 def allreduce_s(paths: PathModel, slots: list[Slot], pp: int, dp: int,

@@ -19,7 +19,8 @@ from pydantic import BaseModel
 from testbed.errors import Problem
 from testbed.topology import LinkProfile
 from testbed.spec.models import Experiment
-from testbed.spec.source import Loc, Source, model_in
+from testbed.spec.problems import model_in
+from testbed.spec.source import Loc, Source
 
 MATRIX_KEYWORDS = ("zip", "exclude")
 # Most cells one file may make. A cell runs for half a minute or more, so 10,000 cells are days

@@ -11,7 +11,8 @@ from pydantic import Field, model_validator
 
 from testbed.topology import MAX_DELAY_MS, LinkProfile, Strict, Topology
 from testbed.spec.source import Loc
-from testbed.spec.workload import Workload, stage_forward_ms
+from testbed.spec.workload import Workload
+from testbed.spec.costs import stage_forward_ms
 
 # The placement strategies (testbed.placement implements them under these names).
 PLACEMENT_STRATEGIES = ("in_order", "atlas", "cba")

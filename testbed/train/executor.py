@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 
 from testbed.schedule.ir import Action, Kind
-from testbed.spec.workload import (ComputeTimes, Workload, activation_numel, bytes_factor,
-                                   stage_params)
+from testbed.spec.workload import Workload
+from testbed.spec.costs import ComputeTimes, activation_numel, bytes_factor, stage_params
 from testbed.train import model as M
 from testbed.train.filler import NoFiller
 from testbed.train.rank import RankContext, modelled_ns, modelled_s, ns

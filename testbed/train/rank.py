@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from testbed.schedule.ir import Kind, Schedule
-from testbed.spec.workload import ComputeTimes
+from testbed.spec.costs import ComputeTimes
 
 ns = time.monotonic_ns  # the clock of every trace record (CLOCK_MONOTONIC, ns)
 

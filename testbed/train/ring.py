@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from testbed.spec.workload import FLOAT32_BYTES, reduce_step_s, ring_chunk_bytes
+from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s, ring_chunk_bytes
 
 ns = time.monotonic_ns
 # A step's chunk travels as messages of at most this many bytes, all posted at once (gloo

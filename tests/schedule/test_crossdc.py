@@ -12,7 +12,7 @@ from testbed.schedule.lower import lower
 from testbed.schedule.registry import schedule_problems
 from testbed.sim.engine import simulate
 from testbed.sim.iteration import Path, SimInput
-from testbed.spec.workload import ComputeTimes
+from testbed.spec.costs import ComputeTimes
 
 F_MS, B_MS = 20.0, 40.0
 FAST = ["geopipe", "crosspipe_greedy"]

@@ -13,7 +13,7 @@ from testbed.schedule.lower import lower
 from testbed.sim import calibration
 from testbed.sim.engine import simulate
 from testbed.sim.iteration import Path, SimInput
-from testbed.spec.workload import ComputeTimes
+from testbed.spec.costs import ComputeTimes
 
 # The cross-check configuration (docs/crosspipe-comparison.md): p = 4 stages, m = 8
 # microbatches, F = 20 ms, B = 40 ms split into I = W = 20 ms, at most 4 microbatches of

@@ -9,7 +9,7 @@ from testbed.plan import plan_cell
 from testbed.sim import calibration as C
 from testbed.sim.inputs import allreduce_s
 from testbed.spec import load_experiment
-from testbed.spec.workload import GPU_REDUCE_BYTES_PER_S, ring_chunk_bytes
+from testbed.spec.costs import GPU_REDUCE_BYTES_PER_S, ring_chunk_bytes
 
 EXPERIMENT = """\
 name: ring

@@ -14,7 +14,7 @@ from testbed.sim import calibration
 from testbed.sim.engine import simulate
 from testbed.sim.iteration import Path, SimInput
 from testbed.spec import Workload
-from testbed.spec.workload import ComputeTimes
+from testbed.spec.costs import ComputeTimes
 
 F, B = 0.010, 0.020  # seconds
 

@@ -59,7 +59,7 @@ def test_relative_delays_resolve_to_ms_per_cell(tmp_path):
 
 
 def test_relative_delay_from_device_times_is_the_executors_forward_time(tmp_path):
-    from testbed.spec.workload import ComputeTimes
+    from testbed.spec.costs import ComputeTimes
 
     le = load_experiment(write(tmp_path, delay='"2xTF"',
                                compute="{device: a100, mfu: 0.5}"))

@@ -21,8 +21,9 @@ from pydantic import BaseModel, ValidationError
 from testbed.errors import SpecError
 from testbed.topology import Strict, Topology
 from testbed.spec import Experiment, load_experiment, parse_yaml
-from testbed.spec.load import MAX_TRACE_BYTES
-from testbed.spec.source import MAX_YAML_BYTES, model_in, size_text
+from testbed.spec.topofile import MAX_TRACE_BYTES
+from testbed.spec.problems import model_in
+from testbed.spec.source import MAX_YAML_BYTES, size_text
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD = Path(__file__).parent / "bad"

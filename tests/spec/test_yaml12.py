@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from testbed.errors import SpecError
 from testbed.topology.linkprofile import number_hint
 from testbed.spec import json_schema, load_experiment, parse_yaml
-from testbed.spec.load import steps_from_csv
+from testbed.spec.topofile import steps_from_csv
 from test_hostile import _file_models
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import pytest
 from testbed.launch.loopback import free_port, run_local
 from testbed.readout.traces import load_traces
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
-from testbed.spec.workload import FLOAT32_BYTES, ring_chunk_bytes, stage_params
+from testbed.spec.costs import FLOAT32_BYTES, ring_chunk_bytes, stage_params
 from testbed.train.ring import PIECE_BYTES, EmulatedRing
 
 pytestmark = pytest.mark.torch
