@@ -5,7 +5,7 @@ Layout (``results/<experiment>/<run-id>/``)::
     experiment.yaml      the file as given        resolved.json   every cell, resolved
     results.csv          one row per cell × repeat (rewritten atomically after every cell)
     results.parquet      the same table, when pyarrow is present
-    summary.md, plots/   from ``testbed.runner.report``
+    summary.md, plots/   from ``testbed.report.report``
     run.log              the run's log
     cells/<cell-id>/     cell.json, trace-rank*.jsonl, worker-rank*.log, trace.json
 """

@@ -14,7 +14,7 @@ from testbed.spec.source import Loc
 from testbed.spec.workload import Workload
 from testbed.spec.costs import stage_forward_ms
 
-# The placement strategies (testbed.placement implements them under these names).
+# The placement strategies (testbed.plan.placement implements them under these names).
 PLACEMENT_STRATEGIES = ("in_order", "atlas", "cba")
 
 
