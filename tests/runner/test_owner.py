@@ -111,9 +111,10 @@ def test_an_interrupted_run_under_sudo_gives_what_it_wrote_too(user, shared_tmp)
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        while not list(results.glob("owncut/*/results.csv")) and time.monotonic() < deadline \
+        # the first cell's row is written and the second cell's directory is made
+        while len(list(results.glob("owncut/*/cells/*"))) < 2 and time.monotonic() < deadline \
                 and proc.poll() is None:
-            time.sleep(0.1)
+            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)  # in the second cell: its directory is half made
         _, err = proc.communicate(timeout=300)
     finally:
