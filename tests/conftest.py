@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 import umlkernel
+from machineshare import machine_share
 from testbed.probe import kernel_has_netem
 from testbed.sim import calibration
 
@@ -77,14 +80,64 @@ class UmlItem(pytest.Item):
 
 
 def _to_uml(item: pytest.Item, timeout_s: float) -> UmlItem:
-    new = UmlItem.from_parent(item.parent, name=item.name, guest_nodeid=item.nodeid,
+    new = UmlItem.from_parent(item.parent, name=item.name, guest_nodeid=item.stash[_NODEID],
                               location=item.reportinfo())
+    new._nodeid = item.nodeid  # with its pytest-xdist group suffix, if any
     new.add_marker(pytest.mark.timeout(timeout_s))
     for mark in item.iter_markers():
         if mark.name != "timeout":
             new.own_markers.append(mark)
             new.keywords[mark.name] = mark
     return new
+
+
+# Under pytest-xdist (``bash setup.sh test`` runs the suite on several workers, see
+# docs/development.md): tests that share a module- or class-scoped fixture stay on one worker
+# (their module's group), and every netem test goes to one worker, since one UML boot runs
+# them all. Tests marked ``alone`` run with no other test running (tests/machineshare.py).
+_NODEID = pytest.StashKey[str]()
+_SHARE_DIR = "testbed_machine_share_dir"
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    if "netem" in item.keywords:
+        return "uml"
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    if any(d.scope in ("module", "class", "package") for ds in defs.values() for d in ds):
+        return item.nodeid.split("::")[0]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_groups(config, items):  # tryfirst: before pytest-xdist
+    for item in items:
+        item.stash[_NODEID] = item.nodeid
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """On the pytest-xdist controller: one lock directory for all workers of this session."""
+    cfg = node.config
+    if not hasattr(cfg, "_testbed_share_dir"):
+        cfg._testbed_share_dir = tempfile.mkdtemp(prefix="testbed-suite-")
+    node.workerinput[_SHARE_DIR] = cfg._testbed_share_dir
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "_testbed_share_dir"):
+        shutil.rmtree(config._testbed_share_dir, ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    directory = getattr(item.config, "workerinput", {}).get(_SHARE_DIR)
+    if directory is None:
+        return (yield)
+    with machine_share(Path(directory), alone=item.get_closest_marker("alone") is not None):
+        return (yield)
 
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection: boot only for what will run
