@@ -10,8 +10,45 @@ import importlib.util
 import inspect
 from pathlib import Path
 
+from testbed.errors import EXIT_BAD_INPUT, TestbedError
 from testbed.optical.network import OpticalNetwork
 from testbed.optical.policy import Policy, SlotBounds, built_in
+
+
+class PolicyError(TestbedError):
+    """A policy file's code failed while the sweep ran (exit 2: the input is wrong)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class Guarded:
+    """A file policy whose failures say which policy and method failed, not a traceback."""
+
+    def __init__(self, policy, label: str):
+        self.policy, self.label, self.name = policy, label, policy.name
+
+    def _call(self, method: str, *args):
+        try:
+            return getattr(self.policy, method)(*args)
+        except Exception as e:  # the user's code
+            raise PolicyError(f"policy {self.label}: {method}() raised "
+                              f"{type(e).__name__}: {e}") from None
+
+    def order(self, routes):
+        got = self._call("order", routes)
+        if not isinstance(got, list) or not got:
+            raise PolicyError(f"policy {self.label}: order() must return a non-empty list of "
+                              f"routes, got {got!r:.80}")
+        return got
+
+    def slots(self, transfer) -> int:
+        got = self._call("slots", transfer)
+        if isinstance(got, bool) or not isinstance(got, int):
+            raise PolicyError(f"policy {self.label}: slots() must return an int, got {got!r:.80}")
+        return got
+
+    def observe(self, outcomes) -> None:
+        self._call("observe", outcomes)
 
 
 def is_file_policy(name: str) -> bool:
@@ -61,4 +98,4 @@ def make_policy(name: str, net: OpticalNetwork, bounds: SlotBounds, wait_thresho
             raise ValueError(f"policy {name}: {cls.__name__} has no method {method}()")
     if "name" not in vars(cls):  # not its own name: the inherited one would mislabel it
         policy.name = name
-    return policy
+    return Guarded(policy, name)

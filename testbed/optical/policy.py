@@ -89,12 +89,20 @@ class CrossDomain(Policy):
 
     name = "cross_domain"
 
+    def __init__(self, net: OpticalNetwork, bounds: SlotBounds):
+        super().__init__(net, bounds)
+        self.domain_of = {n: net.domain(n) for n in net.node_names}
+        self.orders: dict[tuple[Route, ...], list[Route]] = {}
+
     def borders(self, route: Route) -> int:
-        d = [self.net.domain(n) for n in route.nodes]
+        d = [self.domain_of[n] for n in route.nodes]
         return sum(a != b for a, b in zip(d, d[1:]))
 
     def order(self, routes: list[Route]) -> list[Route]:
-        return sorted(routes, key=lambda r: (self.borders(r), r.km))
+        key = tuple(routes)
+        if key not in self.orders:
+            self.orders[key] = sorted(routes, key=lambda r: (self.borders(r), r.km))
+        return self.orders[key]
 
 
 class Cba:
