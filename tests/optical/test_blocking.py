@@ -1,0 +1,56 @@
+"""Blocking on small hand-written networks: exact counts, and Erlang B on one link."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from testbed.__main__ import main
+from testbed.optical.blocking import run_blocking
+from testbed.optical.load import load_blocking
+from testbed.optical.network import FiberLink, OpticalNetwork
+from testbed.optical.spec import BackgroundSpec, BlockingRun, NetworkSpec
+
+HERE = Path(__file__).parent
+
+
+def test_three_node_line_with_four_slots_blocks_two_of_six(capsys):
+    run, net = load_blocking(HERE / "line3.yaml")
+    res = run_blocking(run, net, HERE)
+    assert res.outcomes == [False, False, True, True, False, False]
+    assert main(["optical", "blocking", str(HERE / "line3.yaml")]) == 0
+    assert "offered 6, blocked 2, blocking probability 0.333333" in capsys.readouterr().out
+
+
+def _erlang_b(servers: int, erlangs: float) -> float:
+    b = 1.0
+    for n in range(1, servers + 1):
+        b = erlangs * b / (n + erlangs * b)
+    return b
+
+
+def test_one_slot_requests_on_one_link_block_as_erlang_b():
+    """Two nodes, 10 slots, no guard band: each direction is an M/M/10/10 loss system
+    offered half the load."""
+    net = NetworkSpec(nodes=["a", "b"], links=[FiberLink(a="a", b="b", km=10)], slots=10,
+                      guard_slots=0)
+    run = BlockingRun(network=net, poisson=BackgroundSpec(load=16, slots=(1, 1), hold_s=1.0),
+                      count=40_000, seed=3)
+    built = OpticalNetwork(nodes=["a", "b"], links=net.links, slots=10, guard_slots=0)
+    res = run_blocking(run, built, HERE)
+    assert res.probability == pytest.approx(_erlang_b(10, 8.0), abs=0.01)
+    assert math.isclose(_erlang_b(10, 8.0), 0.1217, abs_tol=5e-4)
+
+
+def test_shortest_only_routing_blocks_where_k_shortest_finds_another_way():
+    """A triangle: a→b direct is full, a→c→b is free."""
+    net = OpticalNetwork(nodes=["a", "b", "c"], slots=2, guard_slots=0, links=[
+        FiberLink(a="a", b="b", km=10), FiberLink(a="a", b="c", km=10),
+        FiberLink(a="c", b="b", km=10)])
+    requests = [{"t": 0, "src": "a", "dst": "b", "slots": 2, "hold_s": 5},
+                {"t": 1, "src": "a", "dst": "b", "slots": 2, "hold_s": 5}]
+    spec = NetworkSpec(nodes=net.nodes, links=net.links, slots=2, guard_slots=0)
+    blocked = {p: run_blocking(BlockingRun(network=spec, policy=p, requests=requests), net,
+                               HERE).blocked for p in ("ksp_ff", "sd_ff")}
+    assert blocked == {"ksp_ff": 0, "sd_ff": 1}
