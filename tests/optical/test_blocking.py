@@ -54,3 +54,23 @@ def test_shortest_only_routing_blocks_where_k_shortest_finds_another_way():
     blocked = {p: run_blocking(BlockingRun(network=spec, policy=p, requests=requests), net,
                                HERE).blocked for p in ("ksp_ff", "sd_ff")}
     assert blocked == {"ksp_ff": 0, "sd_ff": 1}
+
+
+def test_cross_domain_routing_prefers_the_route_that_stays_in_its_domain():
+    """a and b are in domain west; the shorter route between them crosses east's node e (two
+    borders), the longer one stays in west."""
+    net = OpticalNetwork(nodes=["a", "b", "e", "w"], slots=4, guard_slots=0,
+                         domains={"west": ["a", "b", "w"], "east": ["e"]},
+                         links=[FiberLink(a="a", b="e", km=10), FiberLink(a="e", b="b", km=10),
+                                FiberLink(a="a", b="w", km=50), FiberLink(a="w", b="b", km=50)])
+    spec = NetworkSpec(nodes=net.nodes, links=net.links, slots=4, guard_slots=0,
+                       domains=net.domains)
+    requests = [{"t": 0, "src": "a", "dst": "b", "slots": 1, "hold_s": 5}]
+    from testbed.optical.policy import CrossDomain, Policy, SlotBounds
+    from testbed.optical.routes import Router
+    routes = list(Router(net).routes("a", "b"))
+    assert [r.nodes for r in CrossDomain(net, SlotBounds()).order(routes)] == [
+        ("a", "w", "b"), ("a", "e", "b")]
+    assert [r.nodes for r in Policy(net, SlotBounds()).order(routes)][0] == ("a", "e", "b")
+    assert run_blocking(BlockingRun(network=spec, policy="cross_domain", requests=requests),
+                        net, HERE).blocked == 0
