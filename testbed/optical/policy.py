@@ -92,17 +92,17 @@ class CrossDomain(Policy):
     def __init__(self, net: OpticalNetwork, bounds: SlotBounds):
         super().__init__(net, bounds)
         self.domain_of = {n: net.domain(n) for n in net.node_names}
-        self.orders: dict[tuple[Route, ...], list[Route]] = {}
+        self.orders: dict[tuple[int, ...], tuple[list[Route], list[Route]]] = {}
 
     def borders(self, route: Route) -> int:
         d = [self.domain_of[n] for n in route.nodes]
         return sum(a != b for a, b in zip(d, d[1:]))
 
     def order(self, routes: list[Route]) -> list[Route]:
-        key = tuple(routes)
+        key = tuple(map(id, routes))  # the router's own Route objects: hashing them is slow
         if key not in self.orders:
-            self.orders[key] = sorted(routes, key=lambda r: (self.borders(r), r.km))
-        return self.orders[key]
+            self.orders[key] = (routes, sorted(routes, key=lambda r: (self.borders(r), r.km)))
+        return self.orders[key][1]
 
 
 class Cba:
