@@ -48,7 +48,7 @@ def _progress(i: int, n: int, row: dict) -> None:
 
 def _sweep(args: argparse.Namespace) -> int:
     from testbed.optical.load import load_optical
-    from testbed.optical.report import comparison_md, plot, write_csv
+    from testbed.optical.report import comparison_md, plot, plot_load, write_csv
     from testbed.optical.sweep import cells, run_sweep
 
     lo = load_optical(args.experiment)
@@ -62,13 +62,17 @@ def _sweep(args: argparse.Namespace) -> int:
     rows = run_sweep(lo, None if args.quiet else _progress)
     write_csv(rows, out / "results.csv")
     plot(rows, out / "plot.png")
+    several_loads = len({r["load"] for r in rows}) > 1
+    if several_loads:
+        plot_load(rows, out / "plot-load.png")
     with writing(out / "comparison.md"):
         (out / "comparison.md").write_text(comparison_md(rows), encoding="utf-8")
     with writing(out / "setup.json"):
         (out / "setup.json").write_text(json.dumps(
             {"stage_dcs": lo.stage_dcs, "dc_nodes": lo.net.dcs,
              "experiment": lo.exp.model_dump(mode="json")}, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {out}/results.csv, plot.png, comparison.md, setup.json")
+    print(f"wrote {out}/: results.csv, plot.png, comparison.md, setup.json"
+          + (", plot-load.png" if several_loads else ""))
     return EXIT_OK
 
 

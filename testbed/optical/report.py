@@ -70,34 +70,49 @@ def comparison_md(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    """Iteration time, job blocking and bubble ratio against microbatches, one line per
-    policy, one column per schedule (the first load only when several were swept)."""
+_METRICS = (("iteration_time_s", "iteration time (s)"), ("blocking_job", "job blocking"),
+            ("bubble_ratio", "bubble ratio"))
+
+
+def _grid(rows: list[dict], x: str, title, path: Path, xlabel: str, log2: bool) -> None:
+    """One column per schedule, one row per metric, one line per policy against ``x``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    load = rows[0]["load"]
-    rows = [r for r in rows if r["load"] == load]
     schedules = list(dict.fromkeys(r["schedule"] for r in rows))
-    metrics = (("iteration_time_s", "iteration time (s)"), ("blocking_job", "job blocking"),
-               ("bubble_ratio", "bubble ratio"))
-    fig, axes = plt.subplots(len(metrics), len(schedules), squeeze=False,
+    fig, axes = plt.subplots(len(_METRICS), len(schedules), squeeze=False,
                              figsize=(4.5 * len(schedules), 8), sharex=True)
     for col, sched in enumerate(schedules):
         for policy in dict.fromkeys(r["policy"] for r in rows):
             mine = sorted((r for r in rows if r["schedule"] == sched and r["policy"] == policy),
-                          key=lambda r: r["microbatches"])
-            for row_i, (metric, label) in enumerate(metrics):
+                          key=lambda r: r[x])
+            for row_i, (metric, label) in enumerate(_METRICS):
                 ax = axes[row_i][col]
-                ax.plot([r["microbatches"] for r in mine], [r[metric] for r in mine],
-                        marker="o", label=policy, linestyle="--" if "+cba" in policy else "-")
+                ax.plot([r[x] for r in mine], [r[metric] for r in mine], marker="o",
+                        label=policy, linestyle="--" if "+cba" in policy else "-")
                 ax.set_ylabel(label)
-        axes[0][col].set_title(f"{sched} (load {load:g})")
-        axes[-1][col].set_xlabel("microbatches")
-        axes[-1][col].set_xscale("log", base=2)
+        axes[0][col].set_title(title(sched))
+        axes[-1][col].set_xlabel(xlabel)
+        if log2:
+            axes[-1][col].set_xscale("log", base=2)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     with writing(path):
         fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Iteration time, job blocking and bubble ratio against microbatches, one line per
+    policy, one column per schedule, at the first load."""
+    load = rows[0]["load"]
+    _grid([r for r in rows if r["load"] == load], "microbatches",
+          lambda sched: f"{sched} (load {load:g})", path, "microbatches", log2=True)
+
+
+def plot_load(rows: list[dict], path: Path) -> None:
+    """The same against the background load, at the most microbatches swept."""
+    m = max(r["microbatches"] for r in rows)
+    _grid([r for r in rows if r["microbatches"] == m], "load",
+          lambda sched: f"{sched} (m = {m})", path, "background load", log2=False)

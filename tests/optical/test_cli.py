@@ -96,3 +96,16 @@ def test_schema_lists_every_field(capsys):
     assert main(["optical", "schema"]) == 0
     schema = json.loads(capsys.readouterr().out)
     assert {"network", "job", "background", "sweep"} <= set(schema["properties"])
+
+
+def test_several_loads_get_a_plot_against_the_load(tmp_path):
+    text = TINY.replace("background: {kind: none}",
+                        "background: {kind: poisson, load: 5, slots: [4, 8]}")
+    text = text.replace("  microbatches: [2, 4]", "  microbatches: [2]\n  load: [5, 50]")
+    text = text.replace(", ../../examples/optical_policy.py", "")
+    out = tmp_path / "out"
+    assert main(["optical", "sweep", str(_write(tmp_path, text)), "--out", str(out),
+                 "--quiet"]) == 0
+    rows = list(csv.DictReader((out / "results.csv").open(encoding="utf-8")))
+    assert sorted({float(r["load"]) for r in rows}) == [5, 50]
+    assert (out / "plot-load.png").is_file()
