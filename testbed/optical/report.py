@@ -44,6 +44,11 @@ def cba_pairs(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _least(values) -> float:
+    """The smallest of ``values`` that is a number; nan when none is."""
+    return min((v for v in values if not math.isnan(v)), default=float("nan"))
+
+
 def _fmt(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:+.2f} %"
 
@@ -61,8 +66,8 @@ def comparison_md(rows: list[dict]) -> str:
                      f"| {_fmt(p['iteration_time_pct'])} | {_fmt(p['blocking_job_pct'])} "
                      f"| {_fmt(p['blocking_all_pct'])} |")
     if pairs:
-        best = min(p["iteration_time_pct"] for p in pairs)
-        best_blk = min(p["blocking_all_pct"] for p in pairs)
+        best = _least(p["iteration_time_pct"] for p in pairs)
+        best_blk = _least(p["blocking_all_pct"] for p in pairs)
         lines += ["", f"Best iteration-time change here: {_fmt(best)} (published "
                       f"{PUBLISHED['iteration_time_pct']:+.2f} %); best change of all requests' "
                       f"blocking: {_fmt(best_blk)} (published {PUBLISHED['blocking_pct']:+.2f} %, "

@@ -109,3 +109,17 @@ def test_several_loads_get_a_plot_against_the_load(tmp_path):
     rows = list(csv.DictReader((out / "results.csv").open(encoding="utf-8")))
     assert sorted({float(r["load"]) for r in rows}) == [5, 50]
     assert (out / "plot-load.png").is_file()
+
+
+def test_the_comparison_skips_changes_that_are_not_numbers():
+    from testbed.optical.report import comparison_md
+    row = {"load": 0.0, "schedule": "gpipe", "microbatches": 2, "blocking_job": 0.0}
+    rows = [dict(row, policy="ksp_ff", iteration_time_s=2.0, blocking_all=0.0),
+            dict(row, policy="ksp_ff+cba", iteration_time_s=1.5, blocking_all=0.0),
+            dict(row, policy="sd_ff", iteration_time_s=2.0, blocking_all=0.5, microbatches=4),
+            dict(row, policy="sd_ff+cba", iteration_time_s=2.0, blocking_all=0.25,
+                 microbatches=4)]
+    text = comparison_md(rows)
+    assert "Best iteration-time change here: -25.00 %" in text
+    assert "best change of all requests' blocking: -50.00 %" in text
+    assert "| ksp_ff | 0 | gpipe | 2 | -25.00 % | n/a | n/a |" in text
