@@ -74,3 +74,19 @@ def test_cross_domain_routing_prefers_the_route_that_stays_in_its_domain():
     assert [r.nodes for r in Policy(net, SlotBounds()).order(routes)][0] == ("a", "e", "b")
     assert run_blocking(BlockingRun(network=spec, policy="cross_domain", requests=requests),
                         net, HERE).blocked == 0
+
+
+@pytest.mark.parametrize("change, expected", [
+    (("src: a, dst: c, slots: 1, hold_s: 10}   # slots 0-1",
+      "src: a, dst: q, slots: 1, hold_s: 10}   # slots 0-1"), "b.yaml:8:20 requests[0].dst: unknown node 'q'"),
+    (("slots: 3, hold_s: 10", "slots: 4, hold_s: 10"), "requests[4].slots: wider than the grid"),
+    (("hold_s: 1}", "hold_s: 0}"), "requests[5].hold_s: input should be greater than 0"),
+    (("requests:", "poisson: {load: 5}\nrequests:"), "give requests or poisson, one of them"),
+])
+def test_a_bad_blocking_file_exits_2_saying_where(tmp_path, capsys, change, expected):
+    text = (HERE / "line3.yaml").read_text(encoding="utf-8")
+    assert change[0] in text
+    (tmp_path / "b.yaml").write_text(text.replace(*change), encoding="utf-8")
+    assert main(["optical", "blocking", str(tmp_path / "b.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
