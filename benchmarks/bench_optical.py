@@ -4,7 +4,7 @@ Two measurements, each against the same target:
 
 - ``rsa only``: 10,000 Poisson requests (4–20 slots + 1 guard, 0.2 s mean hold) offered to
   NSFNET (80 slots per fiber, k = 4 shortest paths, first fit), at a light, a medium and a
-  heavy load (the heavy one blocks about half);
+  heavy load (20, 100 and 400 Erlangs; the heavy one blocks most);
 - ``job + background``: one cell of experiments/optical-cba.yaml (ksp_ff+cba, GPipe, 16
   microbatches) with its burst background: the engine timing the iterations and every request
   (the job's and the background's) on the spectrum, until at least 10,000 were offered.
