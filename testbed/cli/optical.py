@@ -59,8 +59,15 @@ def _sweep(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     n = len(cells(lo))
     print(f"{n} cells; stages on DCs: {', '.join(lo.stage_dcs)}", file=sys.stderr)
-    rows = run_sweep(lo, None if args.quiet else _progress)
-    write_csv(rows, out / "results.csv")
+    done: list[dict] = []
+
+    def each_cell(i: int, n_cells: int, row: dict) -> None:
+        done.append(row)
+        write_csv(done, out / "results.csv")  # a long sweep stopped keeps its finished rows
+        if not args.quiet:
+            _progress(i, n_cells, row)
+
+    rows = run_sweep(lo, each_cell)
     plot(rows, out / "plot.png")
     several_loads = len({r["load"] for r in rows}) > 1
     if several_loads:

@@ -123,3 +123,17 @@ def test_the_comparison_skips_changes_that_are_not_numbers():
     assert "Best iteration-time change here: -25.00 %" in text
     assert "best change of all requests' blocking: -50.00 %" in text
     assert "| ksp_ff | 0 | gpipe | 2 | -25.00 % | n/a | n/a |" in text
+
+
+def test_each_finished_cell_is_on_disk_before_the_next_starts(tmp_path, monkeypatch):
+    from testbed.optical import sweep
+    out, seen = tmp_path / "out", []
+    real = sweep.run_cell
+
+    def spy(lo, cell):
+        path = out / "results.csv"
+        seen.append(len(path.read_text().splitlines()) - 1 if path.exists() else 0)
+        return real(lo, cell)
+    monkeypatch.setattr(sweep, "run_cell", spy)
+    assert main(["optical", "sweep", str(HERE / "tiny.yaml"), "--out", str(out), "--quiet"]) == 0
+    assert seen == list(range(12))

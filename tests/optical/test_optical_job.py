@@ -95,3 +95,31 @@ def test_only_waiting_while_the_transfer_is_under_way_is_communication_bound():
     for _ in range(3):
         rec = cba.iterate()
     assert {o.got for o in rec.outcomes} == {3}
+
+
+def _bursty(p: float, seed: int = 1):
+    from testbed.optical.nsfnet import nsfnet
+    from testbed.optical.traffic import BurstTraffic
+    net = nsfnet(dcs={"x": "n1", "y": "n14"})
+    bounds = SlotBounds(3, 1, 6)
+    traffic = BurstTraffic(net.node_names, p, 7, (4, 20), 0.2, seed)
+    return job_run(net, bounds, traffic, microbatches=4)
+
+
+def test_a_burst_of_background_requests_follows_each_cross_dc_transfer():
+    r = _bursty(p=1.0)
+    r.iterate()
+    assert r.rsa.requests["job"] == 8                      # 4 microbatches, F and B
+    assert r.rsa.requests["background"] == 8 * 7
+    quiet = _bursty(p=0.0)
+    quiet.iterate()
+    assert quiet.rsa.requests["background"] == 0
+
+
+def test_the_same_seed_gives_the_same_cell_and_another_seed_another():
+    def outcome(seed):
+        r = _bursty(p=0.95, seed=seed)
+        recs = [r.iterate() for _ in range(3)]
+        return [x.span_s for x in recs], dict(r.rsa.blocked), dict(r.rsa.requests)
+    assert outcome(1) == outcome(1)
+    assert outcome(1) != outcome(2)
