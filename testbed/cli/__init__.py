@@ -7,10 +7,12 @@ import argparse
 from testbed import __version__
 from testbed.cli import experiment, run
 from testbed.cli import net as net_commands
+from testbed.cli import optical as optical_commands
 from testbed.cli import schedule as schedule_commands
 from testbed.cli import simulate as simulate_commands
 
-COMMAND_GROUPS = (experiment, run, net_commands, simulate_commands, schedule_commands)
+COMMAND_GROUPS = (experiment, run, net_commands, simulate_commands, schedule_commands,
+                  optical_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

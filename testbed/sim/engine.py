@@ -33,7 +33,8 @@ from collections import defaultdict
 
 from testbed.schedule.ir import Action, Kind, Schedule
 from testbed.sim import calibration as C
-from testbed.sim.iteration import Deadlock, SimInput, SimResult, Span, duration
+from testbed.sim.iteration import (Deadlock, SimInput, SimResult, Span, TransferRequest,
+                                   duration)
 
 
 class _Run:
@@ -124,6 +125,9 @@ class _Run:
         hops = path.hops + (f"conn {r}->{dst}",)
         key = (r // self.s.pp, "F" if fwd else "B", a.stage, a.microbatch)
         start = max([t, self.recv_known.get(key, 0.0)] + [self.hop_free[h] for h in hops])
+        if self.inp.transfer is not None:  # a per-transfer allocation (testbed.optical)
+            start, path = self.inp.transfer(TransferRequest(r, dst, key, t, start,
+                                                            self.inp.message_bytes))
         left = start + path.serialization_s(self.inp.message_bytes)
         for h in hops:
             self.hop_free[h] = left

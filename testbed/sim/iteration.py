@@ -6,7 +6,7 @@ ranks) and what it gives back (each rank's timed spans and the metrics
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 from testbed.schedule.ir import Kind, Schedule
 from testbed.sim import calibration as C
@@ -29,6 +29,25 @@ class Path:
 
 
 UNSHAPED = Path((), None, 0.0)
+
+
+@dataclass(frozen=True)
+class TransferRequest:
+    """One message as ``SimInput.transfer`` sees it when its SEND is issued: the global ranks,
+    the engine's key (replica, "F"/"B", sending stage, microbatch), the time the SEND was
+    issued, the earliest time its bytes could start (receive posted, connection free) and its
+    size."""
+
+    src: int
+    dst: int
+    key: tuple
+    issued_s: float
+    ready_s: float
+    nbytes: int
+
+
+# Decides one transfer's path when its SEND is issued: returns (start time ≥ ready_s, path).
+TransferHook = Callable[[TransferRequest], tuple[float, Path]]
 
 
 class StageTimes(Protocol):
@@ -55,6 +74,9 @@ class SimInput:
     ``schedule`` is lowered (has SEND/RECV); ``times[s]`` per virtual stage; ``message_bytes``
     per activation or gradient; ``path(src, dst)`` between global ranks; ``allreduce_s[pp_rank]``
     is the data-parallel all-reduce time of that pipeline rank (ignored when dp = 1).
+    ``transfer``, when given, is asked for each message's start and path instead (the path's
+    rate and delay; FIFO hops stay those of ``path``): a network whose allocation changes from
+    one transfer to the next (``testbed.optical``). SENDs are issued in time order.
     """
 
     schedule: Schedule
@@ -63,6 +85,7 @@ class SimInput:
     dp: int = 1
     paths: dict[tuple[int, int], Path] = field(default_factory=dict)
     allreduce_s: list[float] = field(default_factory=list)
+    transfer: TransferHook | None = None
 
     def path(self, src: int, dst: int) -> Path:
         return self.paths.get((src, dst), UNSHAPED)
