@@ -88,7 +88,9 @@ class Sweep:
         """Row ``count`` (1-based) once results.csv has it, and seconds from ``since``."""
         rows = self.wait_for(f"row {count}", lambda: len(self.rows()) >= count and self.rows(),
                              SWEEP_S)
-        return rows[count - 1], time.monotonic() - since
+        took = time.monotonic() - since
+        print(f"row {count} {rows[count - 1]['status']} {took:.2f} s after the kill")
+        return rows[count - 1], took
 
     def finish(self) -> list[dict]:
         try:
@@ -170,7 +172,7 @@ def test_the_interpreter_killed_while_ranks_are_stopped_fails_the_cell_without_h
 
 
 def test_a_delay_line_killed_during_the_link_probe_fails_its_cell_naming_the_direction(sweep):
-    sweep.row_after(1, time.monotonic())  # cell 2 now re-shapes the link and measures it
+    sweep.wait_for("row 1", sweep.rows, SWEEP_S)  # cell 2 now re-shapes the link, measures it
     time.sleep(0.5)
     direction, link, pid = sweep.delay_lines()[0]
     os.kill(pid, signal.SIGKILL)
