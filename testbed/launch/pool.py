@@ -195,13 +195,15 @@ class RankPool:
         try:
             proc.wait(timeout=CLOSE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            pass  # killed by _forget
         self._forget()
 
     def _forget(self) -> None:
-        """Reap the (ended or killed) zygote, waiting at most STOP_GRACE_S, and drop its
-        state."""
+        """Kill the zygote if it still runs, reap it (waiting at most STOP_GRACE_S) and drop
+        its state."""
         proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.kill()
         for pipe in (proc.stdin, proc.stdout):
             try:
                 pipe.close()

@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 
 from testbed.net import ledger as ledgers
+from testbed.net.backends import experiment_backend
+from testbed.plan import plan_all
+from testbed.runner.livenet import LiveNetwork
+from testbed.spec import load_experiment
 
 pytestmark = [pytest.mark.root, pytest.mark.torch]
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,3 +199,28 @@ def test_a_rank_killed_fails_its_cell_naming_it_at_once(sweep):
     assert row["error"].startswith(f"rank 1 died with signal 9 (SIGKILL) (pid {ranks[1]})")
     assert took < FAIL_WITHIN_S, (took, row["error"])
     assert_recovered(sweep, sweep.finish(), failed=1)
+
+
+def test_a_delay_line_dead_between_cells_gets_the_next_cell_a_new_network(tmp_path):
+    """Nothing runs between cells to notice: the next cell finds the delay line gone and is
+    given a new network, not the one that drops everything on that link direction."""
+    le = load_experiment(EXP)
+    first, second = plan_all(le)[:2]
+    backend = experiment_backend(le.experiment, EXP.parent)
+    backend.open()
+    live = LiveNetwork(backend, "delayline")
+    try:
+        net, shaper = live.acquire(first, tmp_path / "first")
+        old = net.tag
+        line = shaper.directions[0].proc
+        os.kill(line.pid, signal.SIGKILL)
+        line.wait(timeout=10)
+        net, shaper = live.acquire(second, tmp_path / "second")
+        assert net.tag != old
+        shaper.check_alive()
+        assert [n for n in ledgers.tagged_namespaces() if ledgers.tag_of(n) == old] == []
+    finally:
+        live.close()
+        backend.close()
+    assert [n for n in ledgers.tagged_namespaces() if ledgers.tag_of(n) == net.tag] == []
+    assert not ledgers.pid_alive(line.pid)
