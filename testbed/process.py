@@ -7,8 +7,12 @@ watches or stops workers sees only their common face, :class:`ProcessHandle`.
 """
 from __future__ import annotations
 
+import logging
+import signal
 import subprocess
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 3.0      # SIGTERM → SIGKILL, for every process the project starts
 
@@ -33,8 +37,22 @@ class ProcessHandle(Protocol):
     def kill(self) -> None: ...
 
 
+def describe_exit(code: int) -> str:
+    """How a process ended, in words: ``exited with 3``, ``died with signal 9 (SIGKILL)``
+    (a negative code is a signal, as subprocess reports it)."""
+    if code >= 0:
+        return f"exited with {code}"
+    try:
+        name = f" ({signal.Signals(-code).name})"
+    except ValueError:
+        name = ""
+    return f"died with signal {-code}{name}"
+
+
 def stop_process(proc: ProcessHandle, grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM, then SIGKILL after ``grace_s``; reaps it. A finished process is left alone."""
+    """SIGTERM, then SIGKILL after ``grace_s``; reaps it, waiting at most ``grace_s`` after
+    the SIGKILL (what still runs then is the ledger's: teardown and ``clean`` stop it). A
+    finished process is left alone."""
     if proc.poll() is not None:
         return
     proc.terminate()
@@ -42,4 +60,7 @@ def stop_process(proc: ProcessHandle, grace_s: float = STOP_GRACE_S) -> None:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            log.warning("pid %s still runs %g s after SIGKILL", proc.pid, grace_s)

@@ -8,6 +8,12 @@ hosts (whose network namespace is not on this machine) are started as before.
 ``RankPool.start`` returns a ``testbed.process.ProcessHandle`` (``pid``, ``poll``, ``wait``,
 ``terminate``, ``kill``, ``returncode``): signals go through a pidfd, so a recycled pid is never
 hit; exit codes come from the zygote, which reaps its children.
+
+The zygote is a part that can die (killed, out of memory). Its death is seen at once: its
+stdout reaches its end and ``check_alive`` raises a ``WorkerError`` naming it; its ranks die
+with it (PR_SET_PDEATHSIG), and a rank whose exit it never reported is seen ended through its
+pidfd. No wait here is without a deadline. ``warm`` replaces a zygote that died, so the next
+cell gets a new one.
 """
 from __future__ import annotations
 
@@ -22,12 +28,17 @@ from pathlib import PurePath
 from typing import Any
 
 from testbed.errors import MachineError, WorkerError
+from testbed.process import STOP_GRACE_S, describe_exit
 
 log = logging.getLogger(__name__)
 
 ZYGOTE_MODULE = "testbed.train.zygote"
 READY_TIMEOUT_S = 120.0   # importing torch on a loaded 2-core machine can take a while
 REPLY_TIMEOUT_S = 30.0
+CLOSE_TIMEOUT_S = 5.0     # a zygote told to end waits for its children first
+# A rank whose zygote died unreported was killed by PR_SET_PDEATHSIG (or ended just before; its
+# real code went with the zygote): it is reported as killed.
+ORPHAN_EXIT = -signal.SIGKILL
 
 
 class PooledRank:
@@ -35,6 +46,7 @@ class PooledRank:
 
     def __init__(self, pool: "RankPool", pid: int):
         self.pool, self.pid = pool, pid
+        self.zygote = pool.proc  # the zygote that forked it (reports its exit)
         self.returncode: int | None = None
         try:
             self._pidfd: int | None = os.pidfd_open(pid)
@@ -44,17 +56,27 @@ class PooledRank:
     def poll(self) -> int | None:
         if self.returncode is None:
             self.pool.pump()
-            self.returncode = self.pool.exits.get(self.pid)
-            if self.returncode is not None:
+            code = self.pool.exits.get(self.pid) if self.pool.proc is self.zygote else None
+            if code is None and self.pool.lost(self.zygote) and self._ended():
+                code = ORPHAN_EXIT
+            self.returncode = code
+            if code is not None:
                 self._close()
         return self.returncode
+
+    def _ended(self) -> bool:
+        """Whether the process has ended, whoever reaps it (its pidfd is readable)."""
+        return self._pidfd is None or bool(select.select([self._pidfd], [], [], 0)[0])
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(f"rank pid {self.pid}", timeout)
-            self.pool.pump(0.05)
+            if self.pool.lost(self.zygote):
+                select.select([self._pidfd], [], [], 0.05)
+            else:
+                self.pool.pump(0.05)
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
@@ -89,6 +111,7 @@ class RankPool:
         self._buf = b""
         self._next_id = 0
         self._ready = False
+        self._eof = False  # the zygote's stdout ended: it is dying or dead
 
     def __enter__(self) -> "RankPool":
         return self
@@ -97,11 +120,27 @@ class RankPool:
         self.close()
 
     def warm(self) -> None:
-        """Start the zygote now (its imports then overlap whatever comes next)."""
+        """Start the zygote now (its imports then overlap whatever comes next); a zygote that
+        died is replaced."""
+        if self.proc is not None and (self._eof or self.proc.poll() is not None):
+            log.warning("%s; starting a new one", self._death())
+            self._forget()
         if self.proc is None:
             self.proc = subprocess.Popen([self.python, "-m", ZYGOTE_MODULE],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             os.set_blocking(self.proc.stdout.fileno(), False)
+            log.info("rank interpreter started (pid %d)", self.proc.pid)
+
+    def check_alive(self) -> None:
+        """Cheap check, polled while a cell's ranks run: raises WorkerError naming the zygote
+        when it has died (its ranks died with it)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise self._death()
+
+    def lost(self, zygote: subprocess.Popen | None) -> bool:
+        """Whether ``zygote`` will report nothing more: it died (its stdout ended) or was
+        replaced."""
+        return zygote is not self.proc or self._eof
 
     def start(self, netns: str, module: str, args: list[str], env: dict[str, str],
               log_path: PurePath, cwd: PurePath | None = None) -> PooledRank:
@@ -115,16 +154,17 @@ class RankPool:
         try:
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
-        except OSError as e:
-            raise WorkerError(f"the rank zygote is gone ({e.strerror}); see its stderr") from None
+        except OSError:
+            raise self._death() from None
         reply = self._reply(self._next_id)
         if "pid" not in reply:
-            raise WorkerError(f"the rank zygote refused {module}: {reply.get('error')}")
+            raise WorkerError(f"the rank interpreter refused {module}: {reply.get('error')}")
         return PooledRank(self, reply["pid"])
 
     def pump(self, wait_s: float = 0.0) -> None:
         """Read whatever the zygote said (waiting up to ``wait_s`` for something)."""
-        if self.proc is None:
+        if self.proc is None or self._eof:
+            time.sleep(wait_s)  # nothing more will come
             return
         out = self.proc.stdout
         if wait_s > 0:
@@ -133,6 +173,9 @@ class RankPool:
             chunk = out.read()
         except (BlockingIOError, ValueError):
             chunk = None
+        if chunk == b"":
+            self._eof = True
+            return
         if not chunk:
             return
         *lines, self._buf = (self._buf + chunk).split(b"\n")
@@ -144,16 +187,46 @@ class RankPool:
         not end is killed (its children die with it: PR_SET_PDEATHSIG)."""
         if self.proc is None:
             return
-        proc, self.proc = self.proc, None
+        proc = self.proc
         try:
             proc.stdin.close()
         except OSError:
             pass
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=CLOSE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            pass  # killed by _forget
+        self._forget()
+
+    def _forget(self) -> None:
+        """Kill the zygote if it still runs, reap it (waiting at most STOP_GRACE_S) and drop
+        its state."""
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
             proc.kill()
-            proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            log.warning("the rank interpreter (pid %d) still runs %g s after SIGKILL",
+                        proc.pid, STOP_GRACE_S)
+        self.exits.clear()
+        self._replies.clear()
+        self._buf, self._ready, self._eof = b"", False, False
+
+    def _death(self) -> WorkerError:
+        """The error naming the zygote that died, with how it ended (its exit is waited for
+        briefly: its pipes close a moment before it can be reaped)."""
+        try:
+            code = self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return WorkerError(f"the rank interpreter (pid {self.proc.pid}) closed its pipes: "
+                               "it is dying")
+        return WorkerError(f"the rank interpreter (pid {self.proc.pid}) {describe_exit(code)}")
 
     def _note(self, msg: dict[str, Any]) -> None:
         if "exit" in msg:
@@ -168,11 +241,12 @@ class RankPool:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self._ready:
             if self.proc.poll() is not None:
-                raise MachineError(f"the rank zygote exited with {self.proc.returncode} before "
-                                   "it was ready", f"try `{self.python} -m {ZYGOTE_MODULE}`")
+                raise MachineError(f"the rank interpreter (pid {self.proc.pid}) "
+                                   f"{describe_exit(self.proc.returncode)} before it was ready",
+                                   f"try `{self.python} -m {ZYGOTE_MODULE}`")
             if time.monotonic() > deadline:
-                raise MachineError(f"the rank zygote was not ready within {READY_TIMEOUT_S:g} s",
-                                   "the machine may be overloaded")
+                raise MachineError(f"the rank interpreter was not ready within "
+                                   f"{READY_TIMEOUT_S:g} s", "the machine may be overloaded")
             self.pump(0.1)
 
     def _reply(self, req_id: int) -> dict[str, Any]:
@@ -181,7 +255,9 @@ class RankPool:
             for i, msg in enumerate(self._replies):
                 if msg.get("id") in (req_id, None):
                     return self._replies.pop(i)
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise WorkerError("the rank zygote did not answer (exit "
-                                  f"{self.proc.poll()}); see the run log")
+            if self._eof or self.proc.poll() is not None:
+                raise self._death()
+            if time.monotonic() > deadline:
+                raise WorkerError(f"the rank interpreter (pid {self.proc.pid}) did not answer "
+                                  f"within {REPLY_TIMEOUT_S:g} s")
             self.pump(0.05)

@@ -3,7 +3,10 @@
 When one rank dies its peers fail soon after ("connection closed by peer"), and whichever exit
 the poll sees first need not be the cause. So after the first failure the others get a short
 grace to finish on their own; then the failed rank whose trace ended earliest (every worker
-writes an ``end`` record with its monotonic time) is reported, with its last log lines.
+writes an ``end`` record with its monotonic time) is reported, with its last log lines. A rank
+killed by a signal wrote no ``end`` record: it is the cause, named at once, without the grace.
+A part of the harness that died (``check``: the rank interpreter, a delay line) comes before
+any rank: the ranks' failures are its consequence.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from typing import Callable
 
 from testbed.errors import WorkerError
 from testbed.cell.celldir import CellDir
-from testbed.process import ProcessHandle, stop_process
+from testbed.process import ProcessHandle, describe_exit, stop_process
 from testbed.traceformat import read_trace
 
 POLL_S = 0.05
@@ -51,7 +54,9 @@ def watch_workers(procs: dict[int, ProcessHandle], timeout_s: float, cell_dir: P
                   finished: Callable[[], set[int]] | None = None) -> dict[int, str]:
     """Wait for every worker. A failure or the timeout stops the rest (none outlives the call)
     and raises WorkerError naming the rank that failed first and its last log lines. ``check``
-    is called every poll; what it raises (e.g. a dead delay line) stops the workers too.
+    is called every poll and once more before a rank's failure or the timeout is reported;
+    what it raises (a dead part: the rank interpreter, a delay line) stops the workers too and
+    is raised instead.
 
     ``finished`` (a program's cell) says which ranks have traced all their iterations. Once
     every rank has, a rank that hangs at exit is stopped after ``EXIT_GRACE_S`` and a rank that
@@ -73,6 +78,8 @@ def watch_workers(procs: dict[int, ProcessHandle], timeout_s: float, cell_dir: P
             if now > deadline or (all_done_at is not None and now > all_done_at + EXIT_GRACE_S):
                 break
             time.sleep(POLL_S)
+        if check is not None:
+            check()
         if finished is not None and finished() >= set(procs):
             grace_end = (all_done_at or time.monotonic()) + EXIT_GRACE_S
             while time.monotonic() < grace_end and any(p.poll() is None for p in procs.values()):
@@ -85,13 +92,16 @@ def watch_workers(procs: dict[int, ProcessHandle], timeout_s: float, cell_dir: P
         failed = {r: p.returncode for r, p in procs.items() if p.poll() not in (None, 0)}
         if not failed:
             return {}
-        settle = time.monotonic() + SETTLE_S
+        settle = time.monotonic() + (0 if min(failed.values()) < 0 else SETTLE_S)
         while time.monotonic() < settle and any(p.poll() is None for p in procs.values()):
+            if check is not None:
+                check()
             time.sleep(POLL_S)
         failed = {r: p.returncode for r, p in procs.items() if p.poll() not in (None, 0)}
-        first = min(failed, key=lambda r: (_ended_at(cell_dir, r), r))
+        first = min(failed, key=lambda r: (failed[r] >= 0, _ended_at(cell_dir, r), r))
         others = f" ({len(failed) - 1} other rank(s) failed after it)" if len(failed) > 1 else ""
-        raise WorkerError(f"rank {first} exited with {failed[first]}: "
+        pid = "" if procs[first].pid is None else f" (pid {procs[first].pid})"
+        raise WorkerError(f"rank {first} {describe_exit(failed[first])}{pid}: "
                           f"{last_error(cell_dir.worker_log(first))}{others}")
     finally:
         for p in procs.values():

@@ -10,6 +10,7 @@ first) and ``program.files`` appear in it under the names the program uses.
 """
 from __future__ import annotations
 
+import logging
 import sys
 from contextlib import ExitStack
 from pathlib import Path, PurePath
@@ -24,6 +25,8 @@ from testbed.net.network import Network, Node
 from testbed.plan import CellPlan
 from testbed.process import ProcessHandle, stop_process
 from testbed.topology import Slot, local_world_sizes
+
+log = logging.getLogger(__name__)
 
 
 def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitStack,
@@ -52,6 +55,8 @@ def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitSt
         else:
             procs[slot.rank] = _start(net, node, jobs[slot.rank], command, cell_dir, there,
                                       stack)
+    log.info("cell %s: ranks started, pid by rank: %s", PurePath(cell_dir.root).name,
+             " ".join(f"{r}:{p.pid}" for r, p in sorted(procs.items())))
     return procs
 
 

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 LEDGER_DIR = Path(os.environ.get("TESTBED_LEDGER_DIR", "/run/testbed"))
 TAG_RE = re.compile(r"^tb[0-9a-f]{6}$")
 NETNS_DIR = Path("/run/netns")
+IP_TIMEOUT_S = 30.0  # one `ip` command of teardown; one that takes longer has failed
 
 
 def new_tag() -> str:
@@ -113,8 +114,18 @@ def tagged_namespaces() -> list[str]:
 
 def namespace_pids(ns: str) -> list[int]:
     """Pids of the processes whose network namespace is ``ns`` (``ip netns pids``)."""
-    res = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    res = _ip(["netns", "pids", ns])
     return [int(p) for p in res.stdout.split() if p.isdigit()]
+
+
+def _ip(args: list[str]) -> subprocess.CompletedProcess:
+    """``ip ARGS``, within IP_TIMEOUT_S (a command that does not end is a failure)."""
+    try:
+        return subprocess.run(["ip", *args], capture_output=True, text=True,
+                              timeout=IP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(["ip", *args], -1, "",
+                                           f"timed out after {IP_TIMEOUT_S:g} s")
 
 
 def stop_pids(pids: list[int], grace_s: float = STOP_GRACE_S) -> None:
@@ -155,7 +166,7 @@ def delete_namespace(ns: str) -> str | None:
     """Stop every process inside ``ns``, then delete it (and with it its links, qdiscs, rules).
     Returns None when it is gone (or never existed), else why it is still there."""
     stop_pids(namespace_pids(ns))
-    res = subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
+    res = _ip(["netns", "del", ns])
     if res.returncode != 0 and (NETNS_DIR / ns).exists():
         return f"namespace {ns}: {(res.stderr or res.stdout).strip() or 'ip netns del failed'}"
     return None
@@ -166,7 +177,7 @@ def delete_root_link(name: str) -> str | None:
     None when it is gone, else why it is still there."""
     if not tag_of(name):
         raise ValueError(f"refusing to delete untagged interface {name!r}")
-    res = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True)
+    res = _ip(["link", "del", name])
     if res.returncode != 0 and Path(f"/sys/class/net/{name}").exists():
         return f"interface {name}: {(res.stderr or res.stdout).strip() or 'ip link del failed'}"
     return None

@@ -1,5 +1,9 @@
 """Link probes: what each inter-DC link of a built network really does (RTT with ping, rate
-with iperf3), measured against what it was configured to do (the row's link columns)."""
+with iperf3), measured against what it was configured to do (the row's link columns).
+
+A probe waits on the link's shaping: a delay line that died drops every packet, and the probe
+would wait for its own timeout. So each probe takes a ``watch`` (the runner's check of the
+parts it started), called while the probe's commands run; what it raises ends the probe."""
 from __future__ import annotations
 
 import json
@@ -9,9 +13,11 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from testbed.errors import NetworkError
 from testbed.net.network import Network, Node
+from testbed.process import STOP_GRACE_S
 from testbed.topology import ResolvedLink
 
 log = logging.getLogger(__name__)
@@ -59,11 +65,16 @@ def percentile(values: list[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
-def rtt(net: Network, src: Node, dst: Node, count: int = PING_COUNT) -> tuple[float, float]:
+Watch = Callable[[], None] | None
+
+
+def rtt(net: Network, src: Node, dst: Node, count: int = PING_COUNT,
+        watch: Watch = None) -> tuple[float, float]:
     """Median and p99 RTT in ms from ``count`` ICMP echoes (µs resolution, kernel receive
     timestamps: see testbed.net.icmp); raises NetworkError when none return."""
     res = net.run(src, [sys.executable, "-m", "testbed.net.icmp", str(dst.ip), str(count),
-                        str(PING_INTERVAL_S)], check=False, timeout=60 + count * PING_INTERVAL_S)
+                        str(PING_INTERVAL_S)], check=False, timeout=60 + count * PING_INTERVAL_S,
+                  watch=watch)
     try:
         samples = json.loads(res.stdout)["rtt_ms"]
     except (ValueError, KeyError):
@@ -80,7 +91,7 @@ def omit_s(rtt_ms: float) -> float:
 
 
 def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECONDS,
-               streams: int = 1, omit: float = IPERF_OMIT_S) -> float:
+               streams: int = 1, omit: float = IPERF_OMIT_S, watch: Watch = None) -> float:
     """TCP payload throughput src → dst in Mbit/s (iperf3 with ``streams`` connections, the
     first ``omit`` seconds, slow start, left out)."""
     server = net.popen(dst, ["iperf3", "-s", "-1", "-p", str(IPERF_PORT)],
@@ -92,7 +103,7 @@ def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECOND
             res = net.run(src, ["iperf3", "-c", str(dst.ip), "-p", str(IPERF_PORT), "-J",
                                 "-t", f"{seconds:g}", "-O", f"{omit:g}",
                                 "-P", str(streams)],
-                          check=False, timeout=seconds + 60)
+                          check=False, timeout=seconds + 60, watch=watch)
             if res.returncode == 0 or "Connection refused" not in res.stdout:
                 break
         data = json.loads(res.stdout)
@@ -103,18 +114,23 @@ def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECOND
         raise NetworkError(f"iperf3 {src.name} → {dst.name} gave no result: {e}") from e
     finally:
         server.kill()
-        server.wait()
+        try:
+            server.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            log.warning("iperf3 server in %s (pid %s) still runs after SIGKILL", dst.name,
+                        server.pid)
 
 
-def probe_link(net: Network, link: ResolvedLink, rate: bool = True) -> LinkMeasurement:
+def probe_link(net: Network, link: ResolvedLink, rate: bool = True,
+               watch: Watch = None) -> LinkMeasurement:
     """RTT (median, p99) between the link's DCs and, if ``rate``, TCP throughput a → b."""
     a, b = endpoints(net, link)
     m = LinkMeasurement(link.name, link.a_to_b.one_way_delay_ms + link.b_to_a.one_way_delay_ms,
                         link.a_to_b.rate_mbit)
-    m.rtt_ms, m.rtt_ms_p99 = (round(x, 3) for x in rtt(net, a, b))
+    m.rtt_ms, m.rtt_ms_p99 = (round(x, 3) for x in rtt(net, a, b, watch=watch))
     if rate:
         m.rate_mbit = round(throughput(net, a, b, streams=IPERF_STREAMS,
-                                       omit=omit_s(m.rtt_ms_configured)), 1)
+                                       omit=omit_s(m.rtt_ms_configured), watch=watch), 1)
     return m
 
 

@@ -6,16 +6,18 @@ import glob
 import ipaddress
 import os
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from testbed.errors import CommandError
 from testbed.net.ledger import Ledger
-from testbed.process import ProcessHandle
+from testbed.process import STOP_GRACE_S, ProcessHandle
 from testbed.topology import ResolvedLink, Topology
 
 RUN_TIMEOUT_S = 60.0
+WATCH_POLL_S = 0.1  # how often a watched command's ``watch`` is called
 # NVIDIA's driver makes one character device per GPU (/dev/nvidia0, /dev/nvidia1, …) besides
 # /dev/nvidiactl and /dev/nvidia-uvm: the numbered ones count the GPUs a host has, without
 # loading CUDA or needing nvidia-smi.
@@ -84,11 +86,15 @@ class Network:
         return self.backend.netns_file(node)
 
     def run(self, node: Node, argv: list[str], timeout: float = RUN_TIMEOUT_S,
-            check: bool = True) -> subprocess.CompletedProcess:
-        """Run ``argv`` inside ``node`` and wait; raises CommandError on failure when ``check``."""
+            check: bool = True,
+            watch: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
+        """Run ``argv`` inside ``node`` and wait; raises CommandError on failure when ``check``.
+        ``watch`` is called every WATCH_POLL_S while it runs: what it raises (a part of the
+        harness that died, which the command may be waiting on) stops the command and is
+        raised."""
         full = self.argv_in(node, argv)
         try:
-            res = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
+            res = run_watched(full, timeout, watch)
         except subprocess.TimeoutExpired as e:
             raise CommandError(argv, -1, f"timed out after {timeout:.0f} s", node.name) from e
         if check and res.returncode != 0:
@@ -128,3 +134,30 @@ class Network:
     def teardown(self) -> None:
         """Remove everything this network made; safe to call twice."""
         self.backend.teardown(self)
+
+
+def run_watched(argv: list[str], timeout: float,
+                watch: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout)``, calling
+    ``watch`` every WATCH_POLL_S; the process is killed (and reaped, within STOP_GRACE_S)
+    when ``watch`` raises or the timeout passes."""
+    if watch is None:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=WATCH_POLL_S)
+                return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                watch()
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(argv, timeout) from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            try:
+                proc.communicate(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass

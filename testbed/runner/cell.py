@@ -7,7 +7,12 @@ here re-plans.
 
 Built-in workers on this machine are forked from one pre-started interpreter
 (``testbed.launch.pool``), so the import of torch is paid once per sweep, not per rank and
-cell; programs and ranks on lab hosts start as processes of their own."""
+cell; programs and ranks on lab hosts start as processes of their own.
+
+Every process the runner started is watched while a cell runs (``_check_parts``: the rank
+interpreter, the shaper's delay lines; the ranks in ``watch_workers``; the link probes through
+``watch``): one that dies fails the cell within a poll, and its error names it, whatever else
+failed because of it. The next cell gets a new interpreter and a new network."""
 from __future__ import annotations
 
 import json
@@ -84,15 +89,21 @@ class CellRunner:
         results either, so the sweep stops (the network is torn down on the runner's exit)."""
         row = self._base_row(plan, repeat)
         t0 = time.monotonic()
+        forked = self._forks(plan)
+        if forked:
+            self.pool.warm()  # one that died since the cell before is replaced
         try:
             row.update(self._run(plan, repeat, CellDir(self.store.cell_dir(plan.cell.cell_id,
-                                                                           repeat))))
+                                                                           repeat)), forked))
             row["status"], row["error"] = "ok", ""
         except StorageError:
             raise
         except TestbedError as e:
-            log.warning("cell %s failed: %s", plan.cell.cell_id, e)
-            row["status"], row["error"] = "failed", _one_line(str(e))
+            error, dead = str(e), self._dead_part(forked)
+            if dead is not None and str(dead) not in error:  # the part that died comes first
+                error = f"{dead}; also: {error}"
+            log.warning("cell %s failed: %s", plan.cell.cell_id, error)
+            row["status"], row["error"] = "failed", _one_line(error)
             self.live.close()  # the next cell starts on a fresh network
         if not self.warm:
             self.live.close()
@@ -115,15 +126,42 @@ class CellRunner:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
-    def _run(self, plan: CellPlan, repeat: int, cell_dir: CellDir) -> dict[str, Any]:
+    def _forks(self, plan: CellPlan) -> bool:
+        """Whether the cell's ranks are forked from the pre-started interpreter."""
+        return (self.pool is not None and self.backend.hosts_here
+                and plan.experiment.workload.program is None)
+
+    def _check_parts(self, forked: bool) -> None:
+        """Cheap, polled while a cell runs: raises the error naming a part this runner started
+        that died (the rank interpreter where the cell's ranks come from it, a delay line)."""
+        if forked:
+            self.pool.check_alive()
+        if self.live.shaper is not None:
+            self.live.shaper.check_alive()
+
+    def _dead_part(self, forked: bool) -> TestbedError | None:
+        """The error naming a part that died (see ``_check_parts``); None while all run."""
+        try:
+            self._check_parts(forked)
+        except TestbedError as e:
+            return e
+        return None
+
+    def _run(self, plan: CellPlan, repeat: int, cell_dir: CellDir,
+             forked: bool) -> dict[str, Any]:
         exp = plan.experiment
+
+        def check() -> None:
+            self._check_parts(forked)
+
         with writing(cell_dir.cell_file):
             plan.cell_file(self.store.run_id, repeat).write(Path(cell_dir.cell_file))
         clock = _Phases()
         net, shaper = self.live.acquire(plan, Path(cell_dir.net))
         clock.mark("network")
         row: dict[str, Any] = {"network": net.tag}
-        row.update(self.live.measured_links(plan, f"{plan.cell.cell_id}/{repeat}"))
+        check()
+        row.update(self.live.measured_links(plan, f"{plan.cell.cell_id}/{repeat}", check))
         drops_before = _drops(shaper)
         clock.mark("links")
         row["network_setup_s"], row["measure_links_s"] = (round(s, 3) for _, s in clock.spent)
@@ -132,10 +170,9 @@ class CellRunner:
             procs = start_workers(net, plan, cell_dir, stack, self.pool)
             player = _start_steps(shaper, plan.links, stack,
                                   IterationWatch(Path(cell_dir.trace(0))).done)
-            # a shaper that dies mid-run (a delay line) fails the cell at once, naming the link
+            # a part that dies mid-run (a delay line, the interpreter) fails the cell at once
             with CpuSampler() as cpu:  # the box's CPU over the workers' phase (fidelity)
-                exits = watch_workers(procs, exp.timeout_s, Path(cell_dir.root),
-                                      check=shaper.check_alive,
+                exits = watch_workers(procs, exp.timeout_s, Path(cell_dir.root), check=check,
                                       finished=_finished(plan, cell_dir))
             row["wall_time_s"] = round(time.monotonic() - t0, 3)
             player.stop()  # no step half-applied while shaping is read back
@@ -150,6 +187,7 @@ class CellRunner:
         with writing(cell_dir.perfetto):
             export(Path(cell_dir.root))
         clock.mark("metrics")
+        check()  # a part that died at any moment of the cell fails it
         log.info("cell %s/%d took %s", plan.cell.cell_id, repeat, clock)
         return row
 

@@ -4,7 +4,8 @@ Building a network and starting its delay lines costs every cell the same; most 
 links, the schedule or the workload over one topology. So the network stays up while the next
 cell's topology (DCs, hosts, intra-DC profiles, the set of inter-DC links) is the same, and only
 links whose profile differs from what is in force are re-shaped (``Shaper.update`` reads each
-back). A different topology, or a cell that failed, brings up a fresh network.
+back). A different topology, a cell that failed, or a shaper part that died (a delay line
+killed between cells) brings up a fresh network.
 
 Link measurement (ping, iperf3) is the other fixed cost: it is made once per distinct link state
 on one network and handed to every row measured under that state, with the cell that measured
@@ -15,8 +16,9 @@ from __future__ import annotations
 import logging
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from testbed.errors import ShapingError
 from testbed.topology import LinkProfile
 from testbed.net.backends.base import Backend
 from testbed.net.linkprobe import LinkMeasurement, probe_link
@@ -56,7 +58,7 @@ class LiveNetwork:
         """The network for ``plan``, shaped as its links start and read back: the current one
         re-shaped where needed, or a new one (its records in ``workdir``)."""
         key = topology_key(plan)
-        if key == self._key and self._reshape(plan.links):
+        if key == self._key and self._alive() and self._reshape(plan.links):
             return self.net, self.shaper
         self.close()
         stack = ExitStack()
@@ -77,10 +79,12 @@ class LiveNetwork:
         if stack is not None:
             stack.close()
 
-    def measured_links(self, plan: CellPlan, here: str) -> dict[str, Any]:
+    def measured_links(self, plan: CellPlan, here: str,
+                       watch: Callable[[], None] | None = None) -> dict[str, Any]:
         """The link columns of every inter-DC link: configured, and measured RTT (and rate
         where shaped), from this network's measurement of the same link state when there is
-        one, else measured now; ``here`` names this cell for ``links_measured_in``."""
+        one, else measured now; ``here`` names this cell for ``links_measured_in``. ``watch``
+        is called while a probe runs (see ``probe_link``)."""
         out: dict[str, Any] = {}
         where = set()
         for link in plan.links:
@@ -90,7 +94,8 @@ class LiveNetwork:
             elif state in self._measured:
                 m, at = self._measured[state]
             else:
-                m = probe_link(self.net, link, rate=link.a_to_b.rate_mbit is not None).as_dict()
+                m = probe_link(self.net, link, rate=link.a_to_b.rate_mbit is not None,
+                               watch=watch).as_dict()
                 at = here
                 self._measured[state] = (m, at)
                 log.info("link %s measured: %s", link.name, m)
@@ -98,6 +103,16 @@ class LiveNetwork:
             out.update(columns.link_columns(link, m))
         out["links_measured_in"] = " ".join(sorted(w for w in where if w))
         return out
+
+    def _alive(self) -> bool:
+        """Whether the shaper's processes all still run (a delay line may have died since the
+        cell before); False (logged) means a fresh network."""
+        try:
+            self.shaper.check_alive()
+        except ShapingError as e:
+            log.warning("%s since the cell before; building a new network", e)
+            return False
+        return True
 
     def _reshape(self, links: list[ResolvedLink]) -> bool:
         """Give each link its starting profile where another is in force; False when the

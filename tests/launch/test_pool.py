@@ -109,3 +109,29 @@ def test_closing_the_pool_or_killing_the_zygote_leaves_no_rank_behind(net, tmp_p
     assert wait_for(lambda: not Path(f"/proc/{rank.pid}").exists() or
                     Path(f"/proc/{rank.pid}/stat").read_text().split()[2] == "Z", 10)
     pool.close()
+
+
+def test_a_killed_zygote_is_named_its_ranks_end_at_once_and_warm_replaces_it(net, tmp_path):
+    """Its ranks die with it and it reports none of their exits: waiting on one must still
+    end (it once spun for ever on the zygote's closed pipe)."""
+    pool = RankPool(sys.executable)
+    try:
+        rank = start_waiting(pool, net, tmp_path)
+        assert wait_for(lambda: listening_in(rank.pid, 29511))
+        zygote = pool.proc.pid
+        os.kill(zygote, signal.SIGKILL)
+        t0 = time.monotonic()
+        assert rank.wait(10) == -signal.SIGKILL
+        assert time.monotonic() - t0 < 2
+        with pytest.raises(WorkerError, match=rf"the rank interpreter \(pid {zygote}\) died "
+                                              r"with signal 9 \(SIGKILL\)"):
+            pool.check_alive()
+        a, _ = ends(net)
+        again = pool.start(net.netns_file(a), WORKER_MODULE,  # a new zygote forks it
+                           worker_args(tmp_path / "missing.json", tmp_path),
+                           waiting_env(str(a.ip)), tmp_path / "again.log")
+        assert pool.proc.pid != zygote
+        assert again.wait(30) == 1
+        pool.check_alive()
+    finally:
+        pool.close()

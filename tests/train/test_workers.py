@@ -135,7 +135,8 @@ def test_failing_rank_fails_the_cell_with_its_error_and_leaves_nothing(tmp_path,
     monkeypatch.setenv("TESTBED_INJECT_FAULT", "1:1")
     w = workload(compute=Compute(forward_ms=5, backward_ms=10))
     t0 = time.monotonic()
-    with pytest.raises(WorkerError, match=r"rank 1 exited with 1: .*injected fault at iteration 1"):
+    with pytest.raises(WorkerError,
+                       match=r"rank 1 exited with 1 \(pid \d+\): .*injected fault at iteration 1"):
         run_local(w, tmp_path, timeout_s=60)
     assert time.monotonic() - t0 < 60
     assert worker_pids() <= before

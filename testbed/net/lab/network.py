@@ -12,7 +12,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
-from typing import IO
+from typing import IO, Callable
 
 from testbed.errors import writing
 from testbed.net.lab import ssh
@@ -62,11 +62,15 @@ class RemoteNetwork(Network):
         return ["ssh", node.name, *self._argv(self.lab_host(node), argv)]  # for messages only
 
     def run(self, node: Node, argv: list[str], timeout: float = RUN_TIMEOUT_S,
-            check: bool = True) -> subprocess.CompletedProcess:
-        """Run ``argv`` on the node's host and wait; CommandError on failure when ``check``."""
+            check: bool = True,
+            watch: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
+        """Run ``argv`` on the node's host and wait; CommandError on failure when ``check``.
+        ``watch`` is called once it returned (nothing of this network runs on this machine)."""
         host = self.lab_host(node)
         r = ssh.run(self.lab.conns[host.name], host, self._argv(host, argv), timeout=timeout,
                     check=check)
+        if watch is not None:
+            watch()
         return subprocess.CompletedProcess(argv, r.returncode, r.stdout, r.stderr)
 
     def popen(self, node: Node, argv: list[str], stdout=None, stderr=None) -> RemoteProcess:

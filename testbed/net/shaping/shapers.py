@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -26,6 +27,7 @@ from testbed.net.shaping import tc
 from testbed.net.shaping.namespace import Direction, NamespaceShaper, read_qdiscs, run_all
 from testbed.net.shaping.nfqueue import check_rules, queue_table
 from testbed.probe import kernel_has_netem
+from testbed.process import STOP_GRACE_S, describe_exit
 from testbed.topology import LinkProfile
 
 log = logging.getLogger(__name__)
@@ -65,10 +67,16 @@ class DelayLineShaper(NamespaceShaper):
     name = "delayline"
 
     def check_alive(self) -> None:
-        dead = [f"{d.label} (link {d.end.link.name}, exit {d.proc.returncode})"
-                for d in self.directions if d.proc is not None and d.proc.poll() is not None]
+        dead = [self._death(d) for d in self.directions
+                if d.proc is not None and d.proc.poll() is not None]
         if dead:
-            raise ShapingError("delay line died during the run: " + ", ".join(dead))
+            raise ShapingError("; ".join(dead))
+
+    @staticmethod
+    def _death(d: Direction) -> str:
+        """How a direction's delay line ended, naming the direction, its link and its pid."""
+        return (f"the delay line for {d.label} (link {d.end.link.name}, pid {d.proc.pid}) "
+                f"{describe_exit(d.proc.returncode)}")
 
     def _check_intra(self) -> None:
         for dc in self.net.topology.dcs:
@@ -129,6 +137,8 @@ class DelayLineShaper(NamespaceShaper):
                 sys.executable, "-m", "testbed.net.shaping.delayline", "--queue", str(d.queue),
                 "--config", str(d.config), "--stats", str(d.stats),
                 "--seed", str(d.queue)], stdout=logf, stderr=logf)
+        log.info("delay line %s (link %s) started (pid %d)", d.label, d.end.link.name,
+                 d.proc.pid)
         deadline = time.monotonic() + DELAYLINE_START_TIMEOUT_S
         while not d.stats.exists():
             if d.proc.poll() is not None or time.monotonic() > deadline:
@@ -157,8 +167,7 @@ class DelayLineShaper(NamespaceShaper):
         deadline = time.monotonic() + DELAYLINE_START_TIMEOUT_S
         while self._stats(d).get("config_loads", 0) <= loads:
             if d.proc.poll() is not None:
-                raise ShapingError(f"delay line {d.label} exited ({d.proc.returncode}) before "
-                                   "loading its new config")
+                raise ShapingError(f"{self._death(d)} before loading its new config")
             if time.monotonic() > deadline:
                 raise ShapingError(f"delay line {d.label} did not load its new config within "
                                    f"{DELAYLINE_START_TIMEOUT_S:g} s")
@@ -203,7 +212,11 @@ class DelayLineShaper(NamespaceShaper):
         stop_pids([d.proc.pid for d in self.directions if d.proc is not None])
         for d in self.directions:
             if d.proc is not None:
-                d.proc.wait()
+                try:  # stop_pids waited for it to end: this reaps it
+                    d.proc.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    log.warning("delay line %s (pid %d) still runs after SIGKILL", d.label,
+                                d.proc.pid)
 
 
 SHAPERS: dict[str, type[NamespaceShaper]] = {"netem": NetemShaper, "delayline": DelayLineShaper}
