@@ -28,10 +28,11 @@ from testbed.schedule.registry import CROSS_DC_SCHEDULES
 from testbed.sim import SimulationError, predicted, run
 from testbed.sim.engine import simulate
 from testbed.sim.iteration import Path, SimInput, StageTimes
-from testbed.sim.inputs import allreduce_s, build_input
+from testbed.sim.inputs import build_input, collective_steps
 from testbed.sim.paths import PathModel
 from testbed.spec import Cell, Experiment
-from testbed.spec.costs import gradient_bytes, message_bytes, stage_times
+from testbed.spec.allreduce import hierarchy_problem
+from testbed.spec.costs import FLOAT32_BYTES, gradient_bytes, message_bytes, stage_times
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,13 @@ class CellPlan:
         """The DC of each pipeline stage (replica 0)."""
         return [s.dc for s in self.slots if s.dp_rank == 0]
 
+    @property
+    def grid(self) -> list[list[str]]:
+        """The DC of every (replica, stage): ``grid[d][s]`` (``testbed.plan.grid``)."""
+        pp = self.experiment.workload.parallel.pp
+        return [[s.dc for s in self.slots[d * pp:(d + 1) * pp]]
+                for d in range(len(self.slots) // pp)]
+
     def sim_input(self) -> SimInput:
         """The simulator's input for this plan; raises SimulationError when the compute times
         are unknown (real compute without modelled times)."""
@@ -100,10 +108,15 @@ def _sim_input(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],
                schedule: Schedule) -> SimInput:
     w = exp.workload
     pp, dp = w.parallel.pp, w.parallel.dp
-    grads = [gradient_bytes(w, schedule.stages_of(p)) for p in range(pp)] if dp > 1 \
-        else [0] * pp
-    return build_input(paths, slots, schedule, c.times, c.message_bytes, dp,
-                       allreduce_s(paths, slots, pp, dp, grads))
+    sync = w.gradient_sync
+    steps = {}
+    if dp > 1:
+        numel = [gradient_bytes(w, [s]) // FLOAT32_BYTES for s in range(schedule.n_stages)]
+        bucket = None if sync.bucket_mb is None else max(1, int(sync.bucket_mb * 1e6
+                                                                 / FLOAT32_BYTES))
+        steps = collective_steps(slots, schedule, numel, sync.algorithm, bucket)
+    return build_input(paths, slots, schedule, c.times, c.message_bytes, dp, steps,
+                       sync.overlap)
 
 
 def crossdc_context(exp: Experiment, paths: PathModel, c: Costs,
@@ -164,7 +177,7 @@ def placement_problem(exp: Experiment, topology: Topology, paths: PathModel,
     """The link costs and compute times the link-aware placements choose from; ``evaluate``
     is the simulator's iteration time with the cell's schedule."""
     w = exp.workload
-    c = _known(c, f"placement {exp.placement}")
+    c = _known(c, f"placement {exp.placement_name}")
 
     def cost(a: str, b: str) -> LinkCost:
         p = paths.between_dcs(a, b)
@@ -195,6 +208,10 @@ def plan_cell(cell: Cell) -> CellPlan:
         slots = place(exp.placement, topology, w.parallel.pp, w.parallel.dp,
                       lambda: placement_problem(exp, topology, paths, c), w.ranks_per_host)
         schedule = schedule_for(exp, paths, c, slots)
+        if w.gradient_sync.algorithm == "hierarchical" and w.parallel.dp > 1:
+            why = hierarchy_problem(slots, w.parallel.pp)
+            if why:
+                raise ValueError(why)
     except ValueError as e:  # compute times unknown, a schedule that cannot be built
         raise PlanError(f"cannot plan cell {cell.cell_id}: {e}") from None
     plan = CellPlan(cell, topology, links, paths, c, slots, schedule)

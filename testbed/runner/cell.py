@@ -27,6 +27,7 @@ from testbed.net.backends.base import Backend
 from testbed.net.shaping.interface import Shaper
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
+from testbed.plan.grid import grid_text
 from testbed.readout import columns
 from testbed.readout.control import control_columns
 from testbed.readout.cpu import CpuSampler
@@ -104,8 +105,9 @@ class CellRunner:
         return {
             "experiment": exp.name, "run_id": self.store.run_id, "cell_id": cell.cell_id,
             "repeat": repeat, "status": "failed", "error": "", **cell.params,
-            "backend": exp.backend, "shaper": self.shaper_name, "placement": exp.placement,
+            "backend": exp.backend, "shaper": self.shaper_name, "placement": exp.placement_name,
             "placement_stage_dcs": " ".join(plan.stage_dcs),
+            **_data_parallel_settings(plan),
             "schedule": w.schedule_file or w.schedule, "executor": w.executor,
             "compute_mode": w.compute.mode,
             "schedule_rule": plan.schedule.variant,  # crosspipe_greedy: the rule that won
@@ -225,3 +227,12 @@ def _write_json(path: Path, data: Any) -> None:
 def _one_line(text: str) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return " | ".join(lines[-3:]) if lines else "unknown error"
+
+
+def _data_parallel_settings(plan: CellPlan) -> dict[str, Any]:
+    """With dp > 1: the DC of every (replica, stage) and the all-reduce's algorithm (the
+    columns appear only when some cell has data parallelism)."""
+    w = plan.experiment.workload
+    if w.parallel.dp == 1:
+        return {}
+    return {"placement_map": grid_text(plan.grid), "gradient_sync": w.gradient_sync.algorithm}

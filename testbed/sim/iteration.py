@@ -53,8 +53,10 @@ class SimInput:
     """Everything one simulated iteration needs.
 
     ``schedule`` is lowered (has SEND/RECV); ``times[s]`` per virtual stage; ``message_bytes``
-    per activation or gradient; ``path(src, dst)`` between global ranks; ``allreduce_s[pp_rank]``
-    is the data-parallel all-reduce time of that pipeline rank (ignored when dp = 1).
+    per activation or gradient; ``path(src, dst)`` between global ranks;
+    ``collectives[rank][stage]`` the ring steps of that rank's data-parallel all-reduce of
+    that virtual stage (``testbed.spec.allreduce``; none when dp = 1), started when the
+    stage's last backward ends (``overlap``) or after the rank's last action.
     """
 
     schedule: Schedule
@@ -62,7 +64,8 @@ class SimInput:
     message_bytes: int
     dp: int = 1
     paths: dict[tuple[int, int], Path] = field(default_factory=dict)
-    allreduce_s: list[float] = field(default_factory=list)
+    collectives: dict[int, dict[int, list]] = field(default_factory=dict)
+    overlap: bool = True
 
     def path(self, src: int, dst: int) -> Path:
         return self.paths.get((src, dst), UNSHAPED)

@@ -153,10 +153,13 @@ def _executor(cell: CellFile, slot, world: int, tracer, info: dict):
     ``_local``)."""
     w = cell.workload
     pp, dp = w.parallel.pp, w.parallel.dp
-    # only this rank's data-parallel group, synchronised among its members: a group every rank
-    # creates ends in a barrier over all of them, round trips across the slow links
-    dp_group = dist.new_group([d * pp + slot.pp_rank for d in range(dp)],
-                              use_local_synchronization=True) if dp > 1 else None
+    # only this rank's data-parallel group(s), synchronised among their members: a group every
+    # rank creates ends in a barrier over all of them, round trips across the slow links; one
+    # per workload.connections, over which the all-reduce's chunks are split
+    replicas = [d * pp + slot.pp_rank for d in range(dp)]
+    dp_groups = [dist.new_group(replicas, use_local_synchronization=True)
+                 for _ in range(w.connections)] if dp > 1 else [None]
+    dp_group = dp_groups[0]
     # P2P transfers split over workload.connections TCP connections (one group each)
     transport = Transport(connection_groups(w.connections))
     schedule = lower(_schedule(cell, w))
@@ -171,10 +174,11 @@ def _executor(cell: CellFile, slot, world: int, tracer, info: dict):
                   torch_version=torch.__version__, clock="monotonic")
     if w.executor == "torch":
         pipes = pipeline_groups(pp, dp)
-        return TorchExecutor(ctx, w, tracer, dp_group, pipes[ctx.dp_rank]), \
-            NoFiller()
+        return TorchExecutor(ctx, w, tracer, dp_group, pipes[ctx.dp_rank],
+                             placement=cell.placement), NoFiller()
     filler = _make_filler(w, tracer)
-    return Executor(ctx, w, tracer, dp_group, transport, filler), filler
+    return Executor(ctx, w, tracer, dp_group, transport, filler, cell.placement,
+                    Transport(dp_groups)), filler
 
 
 def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool) -> None:
