@@ -30,11 +30,13 @@ from testbed.plan import CellPlan
 from testbed.plan.grid import grid_text
 from testbed.readout import columns
 from testbed.readout.control import control_columns
+from testbed.readout.dataparallel import dp_columns
 from testbed.readout.cpu import CpuSampler
 from testbed.readout.fidelity import assess
 from testbed.readout.perfetto import export
 from testbed.readout.program import program_metrics
 from testbed.readout.series import metrics_and_series, series_csv
+from testbed.readout.traces import load_traces
 from testbed.runner.livenet import LiveNetwork
 from testbed.runner.store import RunStore, atomic_write
 from testbed.runner.tracewatch import IterationWatch
@@ -126,7 +128,7 @@ class CellRunner:
         clock.mark("network")
         row: dict[str, Any] = {"network": net.tag}
         row.update(self.live.measured_links(plan, f"{plan.cell.cell_id}/{repeat}"))
-        drops_before = _drops(shaper)
+        drops_before, sent_before = _drops(shaper), shaper.tx_bytes()
         clock.mark("links")
         row["network_setup_s"], row["measure_links_s"] = (round(s, 3) for _, s in clock.spent)
         with ExitStack() as stack:
@@ -143,10 +145,14 @@ class CellRunner:
             player.stop()  # no step half-applied while shaping is read back
             shaper.verify()  # still as set at the end of the run
             row.update(_drops(shaper, drops_before))
+            sent_after = shaper.tx_bytes()
             _write_json(Path(cell_dir.steps), player.applied)
             clock.mark("workers")
         clock.mark("stop")
         row.update(_metrics(cell_dir, plan, player, exits))
+        if plan.experiment.workload.program is None:
+            row.update(dp_columns(plan, load_traces(Path(cell_dir.root)), sent_before,
+                                  sent_after))
         row.update(control_columns(plan, self.controls, row, Path(cell_dir.root)))
         row.update(assess(Path(cell_dir.root), plan, row, cpu, self.backend.hosts_here))
         with writing(cell_dir.perfetto):

@@ -7,7 +7,8 @@ runs it): r posts its send and its receive when its step i − 1 is done (step 0
 stage's all-reduce starts). Gloo sends the bytes once r knows n's receive is posted (n's post
 time + the one-way delay n → r). The transfer then waits for every shaped hop of the path and
 for the pair's DP connection (``dp r->n``; the pipeline's messages use ``conn r->n``),
-occupies them for its serialization and arrives one delay plus ``MESSAGE_LATENCY_S`` later.
+occupies them for its serialization (quantum by quantum, see ``QUANTUM_BYTES``) and arrives
+one delay plus ``MESSAGE_LATENCY_S`` later.
 r's step is done when its own bytes have left and p's have arrived, plus, for a
 reduce-scatter step, the modelled addition (``reduce_step_s``) and the sleep's overshoot.
 Transfers of different stages, replicas and pipeline messages queue on a shared hop in the
@@ -15,13 +16,23 @@ order they are issued, so all-reduces that cross one WAN link direction take tur
 """
 from __future__ import annotations
 
-from typing import Callable
+import statistics
+from collections import defaultdict
+from typing import Any, Callable
 
 from testbed.sim import calibration as C
-from testbed.sim.iteration import SimInput, Span
+from testbed.sim.iteration import SimInput, SimResult, Span
 from testbed.spec.allreduce import Step
 from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
 
+# A chunk is sent in quanta that queue one by one: a transfer issued meanwhile on a shared hop
+# (a pipeline message, another stage's chunk) waits behind the quantum in service, not behind
+# the whole chunk. A quantum is the bottleneck's queue limit (``Path.queue_bytes``): a long
+# TCP flow, ACK-clocked, keeps at most that much queued ahead of a newcomer, while a transfer
+# that fits in the queue enters it whole (first come, first served); on an unshaped path one
+# GSO packet (64 KiB). Never below 1/MAX_QUANTA of the chunk (it bounds the events per chunk).
+QUANTUM_BYTES = 1 << 16
+MAX_QUANTA = 256
 Push = Callable[..., None]  # push(t, fn, *args): call fn(t, *args) at simulated time t
 
 
@@ -64,14 +75,22 @@ class Collectives:
         known = self.posted[(stage, dst, i)] + self.inp.path(dst, src).delay_s
         self.push(max(self.posted[key], known), self._transfer, stage, src, i, dst)
 
-    def _transfer(self, t: float, stage: int, src: int, i: int, dst: int) -> None:
+    def _transfer(self, t: float, stage: int, src: int, i: int, dst: int,
+                  sent: int = 0) -> None:
+        """Send the next quantum of src's step-i chunk (``sent`` bytes are out); the next one
+        queues again, behind whatever was issued on its hops meanwhile."""
         st = self.steps(stage, src)[i]
+        total = st.numel * FLOAT32_BYTES
         path = self.inp.path(src, dst)
+        quantum = min(total - sent, max(path.queue_bytes or QUANTUM_BYTES, total // MAX_QUANTA))
         hops = path.hops + (f"dp {src}->{dst}",)
         start = max([t] + [self.hop_free[h] for h in hops])
-        left = start + path.serialization_s(st.numel * FLOAT32_BYTES)
+        left = start + path.serialization_s(quantum)
         for h in hops:
             self.hop_free[h] = left
+        if sent + quantum < total:
+            self.push(left, self._transfer, stage, src, i, dst, sent + quantum)
+            return
         self.left[(stage, src, i)] = left
         self.arrived[(stage, dst, i)] = left + path.delay_s + C.MESSAGE_LATENCY_S
         self.spans.append(Span(src, "ALLREDUCE_STEP", stage, i, self.posted[(stage, src, i)],
@@ -96,3 +115,32 @@ class Collectives:
         """When ``rank``'s last all-reduce ended (0 without any); None while one is pending."""
         ends = [self.ended.get((s, rank)) for s in self.stages_of(rank)]
         return None if None in ends else max(ends, default=0.0)
+
+
+def exposed_hidden(spans: list[tuple[str, float, float]]) -> tuple[float, float] | None:
+    """(exposed, hidden) of one rank's iteration from its (kind, t0, t1) records: the
+    ALLREDUCE_WAIT, and the rest from the first all-reduce's start (ALLREDUCE, else its first
+    step's) to the end of the last step or wait; None without an all-reduce."""
+    starts = [t0 for k, t0, _ in spans if k == "ALLREDUCE"] or \
+        [t0 for k, t0, _ in spans if k == "ALLREDUCE_STEP"]
+    steps = [t1 for k, _, t1 in spans if k == "ALLREDUCE_STEP"]
+    wait = [(t0, t1) for k, t0, t1 in spans if k == "ALLREDUCE_WAIT"]
+    if not wait or not steps:
+        return None
+    exposed = sum(t1 - t0 for t0, t1 in wait)
+    total = max(max(steps), max(t1 for _, t1 in wait)) - min(starts)
+    return exposed, max(0.0, total - exposed)
+
+
+def predicted_allreduce(res: SimResult) -> dict[str, Any]:
+    """``predicted_allreduce_exposed_s`` and ``…_hidden_s``: ``exposed_hidden`` of every rank
+    of one simulated iteration, mean over ranks (empty without an all-reduce)."""
+    by_rank: dict[int, list] = defaultdict(list)
+    for sp in res.spans:
+        if sp.kind.startswith("ALLREDUCE"):
+            by_rank[sp.rank].append((sp.kind, sp.t0, sp.t1))
+    splits = [s for s in map(exposed_hidden, by_rank.values()) if s is not None]
+    if not splits:
+        return {}
+    return {"predicted_allreduce_exposed_s": round(statistics.fmean(e for e, _ in splits), 6),
+            "predicted_allreduce_hidden_s": round(statistics.fmean(h for _, h in splits), 6)}

@@ -15,11 +15,13 @@ from testbed.sim import calibration as C
 @dataclass(frozen=True)
 class Path:
     """How bytes go from one rank to another: the shaped hops they occupy (each a FIFO),
-    the bottleneck rate (bit/s; None when nothing is shaped) and the one-way delay (s)."""
+    the bottleneck rate (bit/s; None when nothing is shaped), the one-way delay (s) and the
+    bottleneck's queue limit (bytes; None when nothing is shaped)."""
 
     hops: tuple[str, ...]
     rate_bps: float | None
     delay_s: float
+    queue_bytes: int | None = None
 
     def serialization_s(self, nbytes: int) -> float:
         """Time the bytes occupy the path's bottleneck."""
