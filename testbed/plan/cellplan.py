@@ -19,6 +19,7 @@ from testbed.cell.cellfile import CellFile
 from testbed.topology import Slot
 from testbed.topology import ResolvedLink, Topology
 from testbed.plan.placement import LinkCost, PlacementProblem, place
+from testbed.plan.sharing import start_offsets
 from testbed.schedule.crossdc import Boundary, CrossDCContext
 from testbed.schedule.csvfile import load_py, read_csv
 from testbed.schedule.filecheck import Shape
@@ -72,6 +73,7 @@ class CellPlan:
     schedule: Schedule
     prediction: dict[str, Any] = field(default_factory=dict)
     prediction_note: str = ""
+    start_offsets: dict[int, float] = field(default_factory=dict)  # wan_sharing: temporal
 
     @property
     def experiment(self) -> Experiment:
@@ -95,13 +97,16 @@ class CellPlan:
         if self.costs is None:
             raise SimulationError("no modelled compute times: give workload.compute.forward_ms "
                                   "and backward_ms (or a device)")
-        return _sim_input(self.experiment, self.paths, self.costs, self.slots, self.schedule)
+        inp = _sim_input(self.experiment, self.paths, self.costs, self.slots, self.schedule)
+        inp.start_offsets = dict(self.start_offsets)
+        return inp
 
     def cell_file(self, run_id: str = "", repeat: int = 0) -> CellFile:
         """The cell file every worker of this cell reads."""
         return CellFile(cell_id=self.cell.cell_id, run_id=run_id, repeat=repeat,
                         params=self.cell.params, workload=self.experiment.workload,
-                        placement=self.slots, schedule=self.schedule.to_dict())
+                        placement=self.slots, schedule=self.schedule.to_dict(),
+                        start_offsets_s=self.start_offsets)
 
 
 def _sim_input(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],
@@ -215,6 +220,8 @@ def plan_cell(cell: Cell) -> CellPlan:
     except ValueError as e:  # compute times unknown, a schedule that cannot be built
         raise PlanError(f"cannot plan cell {cell.cell_id}: {e}") from None
     plan = CellPlan(cell, topology, links, paths, c, slots, schedule)
+    plan.start_offsets = start_offsets(w.wan_sharing, paths, slots, w.parallel.pp,
+                                       w.parallel.dp, message_bytes(w))
     _predict(plan)
     return plan
 

@@ -21,7 +21,7 @@ from collections import defaultdict
 from typing import Any, Callable
 
 from testbed.sim import calibration as C
-from testbed.sim.iteration import SimInput, SimResult, Span
+from testbed.sim.iteration import Path, SimInput, SimResult, Span
 from testbed.spec.allreduce import Step
 from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
 
@@ -33,7 +33,12 @@ from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
 # GSO packet (64 KiB). Never below 1/MAX_QUANTA of the chunk (it bounds the events per chunk).
 QUANTUM_BYTES = 1 << 16
 MAX_QUANTA = 256
-Push = Callable[..., None]  # push(t, fn, *args): call fn(t, *args) at simulated time t
+Push = Callable[..., None]
+
+
+def quantum_bytes(path: Path, total: int, sent: int) -> int:
+    """The bytes of a ``total``-byte transfer that queue next once ``sent`` are out."""
+    return min(total - sent, max(path.queue_bytes or QUANTUM_BYTES, total // MAX_QUANTA))  # push(t, fn, *args): call fn(t, *args) at simulated time t
 
 
 class Collectives:
@@ -82,7 +87,7 @@ class Collectives:
         st = self.steps(stage, src)[i]
         total = st.numel * FLOAT32_BYTES
         path = self.inp.path(src, dst)
-        quantum = min(total - sent, max(path.queue_bytes or QUANTUM_BYTES, total // MAX_QUANTA))
+        quantum = quantum_bytes(path, total, sent)
         hops = path.hops + (f"dp {src}->{dst}",)
         start = max([t] + [self.hop_free[h] for h in hops])
         left = start + path.serialization_s(quantum)

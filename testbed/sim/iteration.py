@@ -68,6 +68,7 @@ class SimInput:
     paths: dict[tuple[int, int], Path] = field(default_factory=dict)
     collectives: dict[int, dict[int, list]] = field(default_factory=dict)
     overlap: bool = True
+    start_offsets: dict[int, float] = field(default_factory=dict)  # s after the iteration start
 
     def path(self, src: int, dst: int) -> Path:
         return self.paths.get((src, dst), UNSHAPED)

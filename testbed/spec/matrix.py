@@ -35,7 +35,8 @@ ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic"
                       "workload.connections": 1, "workload.memory_limit": None,
                       "workload.filler": None, "workload.schedule_file": None,
                       "workload.program": None, "workload.ranks_per_host": 1,
-                      "workload.gradient_sync": GradientSync().model_dump(mode="json")}
+                      "workload.gradient_sync": GradientSync().model_dump(mode="json"),
+                      "workload.wan_sharing": "fair"}
 
 
 @dataclass

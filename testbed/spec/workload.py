@@ -184,6 +184,13 @@ class Workload(Strict):
                                          "activation/gradient is split over this many, as Atlas "
                                          "does on window-limited high-RTT links")
     compute: Compute = Field(default_factory=lambda: Compute(forward_ms=20, backward_ms=40))
+    wan_sharing: Literal["fair", "temporal"] = Field(
+        "fair", description="how the pipelines of several replicas share an inter-DC link "
+                            "direction they all cross: fair (all start together, their "
+                            "transfers share the link as TCP does) or temporal (replica d "
+                            "starts d slots late, a slot being one activation's time on the "
+                            "busiest shared link direction, so their transfers take turns, "
+                            "each at the link's whole rate; docs/howto/data-parallel.md)")
     gradient_sync: GradientSync = Field(default_factory=GradientSync,
                                         description="the data-parallel all-reduce (dp > 1)")
     memory_limit: int | None = Field(
