@@ -38,9 +38,3 @@ WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
 # a 40 ms RTT path with 0.25 MiB buffers in 1.715 s on one connection (0.187 MiB per round
 # trip, 0.75 of the buffer) and in 0.455 s on four (0.70 each).
 TCP_WINDOW_PER_BUFFER = 0.75
-# Messages that become ready within this long of each other and meet on a shaped hop share it
-# at once (processor sharing, testbed.sim.engine): their bursts reach the bottleneck queue
-# together and interleave, as TCP's fair share does. A message ready later queues behind what
-# is already there. Not measured on its own: chosen well below one activation's serialization
-# on the links of the sharing experiments (22 ms), above the skew of ranks started together.
-BURST_TIE_S = 0.001

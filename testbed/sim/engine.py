@@ -11,18 +11,17 @@ Model, per iteration (all ranks start together, as after the executor's barrier)
 - a compute action (F, B, I, W) takes its emulated time plus ``SLEEP_OVERSHOOT_S``; it counts
   as busy, exactly as the executor's trace does;
 - a SEND holds its rank ``SEND_CALL_S`` (idle, as the trace's ``comm`` record) and hands the
-  message to its path once its receive is known to be posted. Every shaped hop of the path is
-  a queue per direction. A message that meets no other one becoming ready within
-  ``BURST_TIE_S`` enters it first come, first served (htb + bfifo, and gloo's one TCP
-  connection per rank pair, serve bytes in order): whole when it fits the bottleneck's queue
-  limit, else quantum by quantum (``testbed.sim.collective.quantum_bytes``), so a transfer
-  issued meanwhile waits behind one queue-full, not behind all of it. Messages that become
-  ready together and meet on a hop share it at once (processor sharing: each at rate / n while
-  n are left), as the bursts of concurrent TCP connections interleave in the queue: that is
-  ``workload.wan_sharing: fair`` among replicas' pipelines; ``temporal`` staggers the
-  replicas' starts (``start_offsets``, ``testbed.plan.sharing``). A transfer occupies its hops
-  for bytes × 8 / the bottleneck rate, and arrives one propagation delay (the sum over hops)
-  and ``MESSAGE_LATENCY_S`` of software later. Unshaped paths move ``UNSHAPED_BYTES_PER_S``;
+  message to its path. Every shaped hop of the path is a FIFO per direction: one transfer at a
+  time, in the order the sends were issued (htb + bfifo, and gloo's one TCP connection per rank
+  pair, serve bytes in order; concurrent TCP flows on one link could interleave packets and
+  share the rate instead: measured on this emulator with a queue that holds the bursts, two
+  replicas' simultaneous activations went one after the other, docs/howto/data-parallel.md).
+  The data-parallel all-reduce's chunks queue on the same FIFOs in quanta
+  (``testbed.sim.collective``). ``workload.wan_sharing: temporal`` staggers the replicas'
+  starts (``start_offsets``, ``testbed.plan.sharing``). A transfer starts when every hop of its
+  path is free and its receive is known to be posted, occupies them for bytes × 8 / the
+  bottleneck rate, and arrives one propagation delay (the sum over hops) and
+  ``MESSAGE_LATENCY_S`` of software later. Unshaped paths move ``UNSHAPED_BYTES_PER_S``;
 - a RECV blocks until its message has arrived; the blocked time is exposed communication;
 - after its last action a rank waits for its sends to leave (SEND_WAIT), then, with dp > 1,
   for its stages' data-parallel all-reduces (ALLREDUCE_WAIT, exposed communication). A
@@ -40,11 +39,8 @@ from collections import defaultdict
 
 from testbed.schedule.ir import Action, Kind, Schedule
 from testbed.sim import calibration as C
-from testbed.sim.collective import Collectives, quantum_bytes
+from testbed.sim.collective import Collectives
 from testbed.sim.iteration import Deadlock, SimInput, SimResult, Span, duration
-
-
-LAST = 1 << 40  # added to an event's sequence number: after the others of its time
 
 
 class _Run:
@@ -64,10 +60,6 @@ class _Run:
         self.spans: list[Span] = []
         self.done: dict[int, float] = {}
         self.memory = _Memory(self.s, self.world)
-        self.sending: dict[int, int] = defaultdict(int)  # messages with quanta still to send
-        self.send_wait: dict[int, float] = {}  # ranks at their end waiting for those
-        self.starting: dict[float, list] = {}  # messages ready within one BURST_TIE_S
-        self.batch_until: float | None = None
         self.collectives = Collectives(inp, self.push, self.hop_free, self.spans)
         # the action after which each stage's gradients are complete (its last B or W)
         self.grads_done = [{} for _ in range(self.s.pp)]
@@ -76,11 +68,10 @@ class _Run:
                 if a.kind in (Kind.B, Kind.W):
                     self.grads_done[p][a.stage] = i
 
-    def push(self, t: float, fn, *args, last: bool = False) -> None:
-        """Call ``fn(t, *args)`` at simulated time ``t`` (ties in the order pushed; ``last``:
-        after every event of time ``t`` pushed without it)."""
+    def push(self, t: float, fn, *args) -> None:
+        """Call ``fn(t, *args)`` at simulated time ``t`` (ties in the order pushed)."""
         self.seq += 1
-        heapq.heappush(self.events, (t, self.seq + (LAST if last else 0), fn, args))
+        heapq.heappush(self.events, (t, self.seq, fn, args))
 
     def go(self) -> SimResult:
         for r in range(self.world):
@@ -121,9 +112,6 @@ class _Run:
     def _step(self, t: float, r: int) -> None:
         acts = self._actions(r)
         if self.pos[r] == len(acts):
-            if self.sending[r]:  # finished once its last send's last quantum has left
-                self.send_wait[r] = t
-                return
             end = max(t, self.sent_by[r])
             self.spans.append(Span(r, "SEND_WAIT", None, None, t, end, "wait"))
             self.done[r] = end
@@ -152,73 +140,17 @@ class _Run:
     def _send(self, r: int, a: Action, t: float) -> None:
         fwd = a.kind is Kind.SEND_F
         dst = self._global(r, a.stage + 1 if fwd else a.stage - 1)
-        key = (r // self.s.pp, "F" if fwd else "B", a.stage, a.microbatch)
-        self.sending[r] += 1
-        ready = max(t, self.recv_known.get(key, 0.0))
-        if self.batch_until is None or ready > self.batch_until:
-            self.batch_until = ready + C.BURST_TIE_S
-            self.push(self.batch_until, self._start_sends, self.batch_until, last=True)
-            self.starting[self.batch_until] = []
-        self.starting[self.batch_until].append((ready, r, dst, key))
-
-    def _start_sends(self, t: float, batch_key: float) -> None:
-        """Start the messages that became ready within ``BURST_TIE_S`` of each other: those
-        that meet on a shaped hop share it at once (TCP's fair share of bursts sent together:
-        processor sharing, each at rate / n while n are left); the others enter its queue
-        whole, first come, first served (``_quantum``)."""
-        batch = sorted(self.starting.pop(batch_key))
-        if self.batch_until == batch_key:
-            self.batch_until = None
-        users: dict[str, list[int]] = defaultdict(list)
-        for i, (_, r, dst, _) in enumerate(batch):
-            for h in self.inp.path(r, dst).hops:
-                users[h].append(i)
-        shared = {i for group in users.values() if len(group) > 1 for i in group}
-        for i, (ready, r, dst, key) in enumerate(batch):
-            if i not in shared:
-                self._quantum(ready, r, dst, key, 0)
-        if shared:
-            self._share([batch[i] for i in sorted(shared)])
-
-    def _share(self, group: list) -> None:
-        """Processor sharing among ``group`` from when all their hops are free."""
-        paths = [self.inp.path(r, dst) for _, r, dst, _ in group]
-        hops = {h for (_, r, dst, _), p in zip(group, paths)
-                for h in p.hops + (f"conn {r}->{dst}",)}
-        start = max([g[0] for g in group] + [self.hop_free[h] for h in hops])
-        ser = sorted((p.serialization_s(self.inp.message_bytes), i) for i, p in enumerate(paths))
-        done, n = 0.0, len(ser)
-        for k, (s, i) in enumerate(ser):
-            left = start + done + (n - k) * (s - (ser[k - 1][0] if k else 0.0))
-            done = left - start
-            self._sent(group[i][1], group[i][3], paths[i], left)
-        for h in hops:
-            self.hop_free[h] = start + done
-
-    def _quantum(self, t: float, r: int, dst: int, key: tuple, sent: int) -> None:
-        """Send the next quantum of message ``key`` (``sent`` bytes are out) from ``t``; the
-        next one queues again, behind what was issued on its hops meanwhile."""
         path = self.inp.path(r, dst)
         hops = path.hops + (f"conn {r}->{dst}",)
-        q = quantum_bytes(path, self.inp.message_bytes, sent)
-        start = max([t] + [self.hop_free[h] for h in hops])
-        left = start + path.serialization_s(q)
+        key = (r // self.s.pp, "F" if fwd else "B", a.stage, a.microbatch)
+        start = max([t, self.recv_known.get(key, 0.0)] + [self.hop_free[h] for h in hops])
+        left = start + path.serialization_s(self.inp.message_bytes)
         for h in hops:
             self.hop_free[h] = left
-        if sent + q < self.inp.message_bytes:
-            self.push(left, self._quantum, r, dst, key, sent + q)
-            return
-        self._sent(r, key, path, left)
-
-    def _sent(self, r: int, key: tuple, path, left: float) -> None:
-        """Message ``key`` of rank ``r`` has left at ``left``."""
         self.sent_by[r] = max(self.sent_by[r], left)
         self.arrival[key] = left + path.delay_s + C.MESSAGE_LATENCY_S
         if key in self.waiting:
             self.push(*self._wake(key))
-        self.sending[r] -= 1
-        if not self.sending[r] and r in self.send_wait:
-            self._step(self.send_wait.pop(r), r)
 
     def _wake(self, key: tuple) -> tuple:
         rank, since = self.waiting.pop(key)
