@@ -34,6 +34,9 @@ class CellFile(BaseModel):
     workload: Workload
     placement: list[Slot]
     schedule: dict[str, Any] | None = None
+    # seconds after each iteration's common start at which a rank starts (wan_sharing:
+    # temporal, testbed.plan.sharing); ranks not named start at once
+    start_offsets_s: dict[int, float] = {}
 
     def planned_schedule(self) -> Schedule | None:
         """The planned schedule, or None when the cell carries none."""

@@ -71,9 +71,15 @@ def print_plan(le: LoadedExperiment, plans: list[CellPlan], console: Console) ->
     for p in plans:
         pred = p.prediction
         table.add_row(str(p.cell.index), p.cell.cell_id, *(str(p.cell.params[a]) for a in axes),
-                      _runs(p.stage_dcs), _num(pred.get("predicted_iteration_time_s")),
+                      _placed(p.grid), _num(pred.get("predicted_iteration_time_s")),
                       _num(pred.get("predicted_bubble_ratio")))
     console.print(table)
+
+
+def _placed(grid: list[list[str]]) -> str:
+    """The DC of each stage; per replica (``|`` between them) when replicas differ."""
+    rows = [_runs(row) for row in grid]
+    return rows[0] if len(set(rows)) == 1 else " | ".join(rows)
 
 
 def _runs(names: list[str]) -> str:

@@ -19,6 +19,7 @@ from testbed.cell.cellfile import CellFile
 from testbed.topology import Slot
 from testbed.topology import ResolvedLink, Topology
 from testbed.plan.placement import LinkCost, PlacementProblem, place
+from testbed.plan.sharing import start_offsets
 from testbed.schedule.crossdc import Boundary, CrossDCContext
 from testbed.schedule.csvfile import load_py, read_csv
 from testbed.schedule.filecheck import Shape
@@ -28,10 +29,11 @@ from testbed.schedule.registry import CROSS_DC_SCHEDULES
 from testbed.sim import SimulationError, predicted, run
 from testbed.sim.engine import simulate
 from testbed.sim.iteration import Path, SimInput, StageTimes
-from testbed.sim.inputs import allreduce_s, build_input
+from testbed.sim.inputs import build_input, collective_steps
 from testbed.sim.paths import PathModel
 from testbed.spec import Cell, Experiment
-from testbed.spec.costs import gradient_bytes, message_bytes, stage_times
+from testbed.spec.allreduce import hierarchy_problem
+from testbed.spec.costs import FLOAT32_BYTES, gradient_bytes, message_bytes, stage_times
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,7 @@ class CellPlan:
     schedule: Schedule
     prediction: dict[str, Any] = field(default_factory=dict)
     prediction_note: str = ""
+    start_offsets: dict[int, float] = field(default_factory=dict)  # wan_sharing: temporal
 
     @property
     def experiment(self) -> Experiment:
@@ -81,29 +84,44 @@ class CellPlan:
         """The DC of each pipeline stage (replica 0)."""
         return [s.dc for s in self.slots if s.dp_rank == 0]
 
+    @property
+    def grid(self) -> list[list[str]]:
+        """The DC of every (replica, stage): ``grid[d][s]`` (``testbed.plan.grid``)."""
+        pp = self.experiment.workload.parallel.pp
+        return [[s.dc for s in self.slots[d * pp:(d + 1) * pp]]
+                for d in range(len(self.slots) // pp)]
+
     def sim_input(self) -> SimInput:
         """The simulator's input for this plan; raises SimulationError when the compute times
         are unknown (real compute without modelled times)."""
         if self.costs is None:
             raise SimulationError("no modelled compute times: give workload.compute.forward_ms "
                                   "and backward_ms (or a device)")
-        return _sim_input(self.experiment, self.paths, self.costs, self.slots, self.schedule)
+        inp = _sim_input(self.experiment, self.paths, self.costs, self.slots, self.schedule)
+        inp.start_offsets = dict(self.start_offsets)
+        return inp
 
     def cell_file(self, run_id: str = "", repeat: int = 0) -> CellFile:
         """The cell file every worker of this cell reads."""
         return CellFile(cell_id=self.cell.cell_id, run_id=run_id, repeat=repeat,
                         params=self.cell.params, workload=self.experiment.workload,
-                        placement=self.slots, schedule=self.schedule.to_dict())
+                        placement=self.slots, schedule=self.schedule.to_dict(),
+                        start_offsets_s=self.start_offsets)
 
 
 def _sim_input(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],
                schedule: Schedule) -> SimInput:
     w = exp.workload
     pp, dp = w.parallel.pp, w.parallel.dp
-    grads = [gradient_bytes(w, schedule.stages_of(p)) for p in range(pp)] if dp > 1 \
-        else [0] * pp
-    return build_input(paths, slots, schedule, c.times, c.message_bytes, dp,
-                       allreduce_s(paths, slots, pp, dp, grads))
+    sync = w.gradient_sync
+    steps = {}
+    if dp > 1:
+        numel = [gradient_bytes(w, [s]) // FLOAT32_BYTES for s in range(schedule.n_stages)]
+        bucket = None if sync.bucket_mb is None else max(1, int(sync.bucket_mb * 1e6
+                                                                 / FLOAT32_BYTES))
+        steps = collective_steps(slots, schedule, numel, sync.algorithm, bucket)
+    return build_input(paths, slots, schedule, c.times, c.message_bytes, dp, steps,
+                       sync.overlap)
 
 
 def crossdc_context(exp: Experiment, paths: PathModel, c: Costs,
@@ -164,7 +182,7 @@ def placement_problem(exp: Experiment, topology: Topology, paths: PathModel,
     """The link costs and compute times the link-aware placements choose from; ``evaluate``
     is the simulator's iteration time with the cell's schedule."""
     w = exp.workload
-    c = _known(c, f"placement {exp.placement}")
+    c = _known(c, f"placement {exp.placement_name}")
 
     def cost(a: str, b: str) -> LinkCost:
         p = paths.between_dcs(a, b)
@@ -195,9 +213,15 @@ def plan_cell(cell: Cell) -> CellPlan:
         slots = place(exp.placement, topology, w.parallel.pp, w.parallel.dp,
                       lambda: placement_problem(exp, topology, paths, c), w.ranks_per_host)
         schedule = schedule_for(exp, paths, c, slots)
+        if w.gradient_sync.algorithm == "hierarchical" and w.parallel.dp > 1:
+            why = hierarchy_problem(slots, w.parallel.pp)
+            if why:
+                raise ValueError(why)
     except ValueError as e:  # compute times unknown, a schedule that cannot be built
         raise PlanError(f"cannot plan cell {cell.cell_id}: {e}") from None
     plan = CellPlan(cell, topology, links, paths, c, slots, schedule)
+    plan.start_offsets = start_offsets(w.wan_sharing, paths, slots, w.parallel.pp,
+                                       w.parallel.dp, message_bytes(w))
     _predict(plan)
     return plan
 

@@ -1,7 +1,8 @@
 """Placement: which DC and host run each rank.
 
-Global rank = dp_rank × pp + pp_rank (the worker's layout). Every strategy keeps a pipeline
-stage's DP replicas in one DC (the all-reduce stays inside it). A DC holds hosts ×
+Global rank = dp_rank × pp + pp_rank (the worker's layout). ``in_order``, ``atlas`` and ``cba``
+keep a pipeline stage's DP replicas in one DC (the all-reduce stays inside it);
+``dp_across_dcs`` and an explicit map (``testbed.plan.grid``) put replicas in different DCs. A DC holds hosts ×
 ``ranks_per_host`` ranks: the ranks placed in a DC, in rank order, fill one host before the
 next (the DC's k-th rank runs on host k // ranks_per_host as local rank k % ranks_per_host), so
 a host's ranks are always in one DC and consecutive stages share a host where they can.
@@ -34,6 +35,8 @@ from testbed.errors import Problem, SpecError
 from testbed.topology import Slot
 from testbed.spec import PLACEMENT_STRATEGIES
 from testbed.topology import Topology
+from testbed.plan.grid import dp_across_dcs, slots_of
+from testbed.spec.models import map_problems
 
 log = logging.getLogger(__name__)
 
@@ -102,25 +105,10 @@ def stage_dcs(topology: Topology, pp: int) -> list[str]:
 
 def slots_for(topology: Topology, dcs: list[str], dp: int, strategy: str,
               ranks_per_host: int = 1) -> list[Slot]:
-    """One slot per global rank (ordered by rank) for stage s in DC ``dcs[s]``; replica d of a
-    stage takes its DC's next free place, filling a host's ``ranks_per_host`` places before
-    the next host's. Raises SpecError when a DC has too few hosts."""
-    used: dict[str, int] = {}
-    slots = []
-    for d in range(dp):
-        for s, dc in enumerate(dcs):
-            k = used.get(dc, 0)
-            room = topology.dc(dc).hosts * ranks_per_host
-            if k >= room:
-                need = dcs.count(dc) * dp
-                raise SpecError([Problem("placement", 0, 0, "placement",
-                                         f"{strategy} puts {need} ranks in DC {dc}, which "
-                                         f"holds {room} ({topology.dc(dc).hosts} hosts × "
-                                         f"ranks_per_host={ranks_per_host})")])
-            used[dc] = k + 1
-            slots.append(Slot(d * len(dcs) + s, s, d, dc, k // ranks_per_host,
-                              k % ranks_per_host))
-    return slots
+    """One slot per global rank (ordered by rank) for stage s of every replica in DC
+    ``dcs[s]``, filling a host's ``ranks_per_host`` places before the next host's. Raises
+    SpecError when a DC has too few hosts."""
+    return slots_of(topology, [list(dcs)] * dp, strategy, ranks_per_host)
 
 
 def in_order(topology: Topology, pp: int, dp: int, ranks_per_host: int = 1) -> list[Slot]:
@@ -129,13 +117,16 @@ def in_order(topology: Topology, pp: int, dp: int, ranks_per_host: int = 1) -> l
     return slots_for(topology, stage_dcs(topology, pp), dp, "in_order", ranks_per_host)
 
 
-def capacity_problem(topology: Topology, pp: int, dp: int, strategy: str,
+def capacity_problem(topology: Topology, pp: int, dp: int, strategy,
                      ranks_per_host: int = 1) -> str | None:
-    """Why ``strategy`` cannot place pp × dp ranks, ``ranks_per_host`` per host, on
-    ``topology``, or None."""
-    if strategy == "in_order":
+    """Why ``strategy`` (a name, or a ``PlacementMap``) cannot place pp × dp ranks,
+    ``ranks_per_host`` per host, on ``topology``, or None."""
+    if not isinstance(strategy, str):
+        found = map_problems(topology, strategy.map, pp, dp, ranks_per_host)
+        return found[0][1] if found else None
+    if strategy in ("in_order", "dp_across_dcs"):
         try:
-            in_order(topology, pp, dp, ranks_per_host)
+            place(strategy, topology, pp, dp, lambda: None, ranks_per_host)
         except SpecError as e:
             return e.problems[0].message
         return None
@@ -263,15 +254,22 @@ def cba(problem: PlacementProblem) -> list[Slot]:
     return placed[best]
 
 
-
-
-def place(strategy: str, topology: Topology, pp: int, dp: int,
+def place(strategy, topology: Topology, pp: int, dp: int,
           problem: Callable[[], PlacementProblem], ranks_per_host: int = 1) -> list[Slot]:
-    """The slots of ``strategy`` (one of PLACEMENT_STRATEGIES), ``ranks_per_host`` ranks per
-    host; ``problem`` builds the link costs (with the same ``ranks_per_host``), which only the
-    link-aware strategies ask for. Raises SpecError when it cannot place."""
+    """The slots of ``strategy`` (one of PLACEMENT_STRATEGIES, or a ``PlacementMap``: its map
+    as written), ``ranks_per_host`` ranks per host; ``problem`` builds the link costs (with
+    the same ``ranks_per_host``), which only the link-aware strategies ask for. Raises
+    SpecError when it cannot place."""
+    if not isinstance(strategy, str):
+        found = map_problems(topology, strategy.map, pp, dp, ranks_per_host)
+        if found:
+            raise SpecError([Problem("placement", 0, 0, "placement", found[0][1])])
+        return slots_of(topology, strategy.map, "placement map", ranks_per_host)
     if strategy == "in_order":
         return in_order(topology, pp, dp, ranks_per_host)
+    if strategy == "dp_across_dcs":
+        return slots_of(topology, dp_across_dcs(topology, pp, dp, ranks_per_host),
+                        strategy, ranks_per_host)
     link_aware = {"atlas": atlas, "cba": cba}
     if strategy not in link_aware:
         raise ValueError(f"unknown placement {strategy!r}; valid: {', '.join(PLACEMENT_STRATEGIES)}")

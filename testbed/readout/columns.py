@@ -11,7 +11,10 @@ from testbed.topology import ResolvedLink
 
 HEAD = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
 # what the cell was: settings that every row has, swept or not
-SETTINGS = ["backend", "shaper", "placement", "placement_stage_dcs", "schedule", "executor",
+# placement_map: the DC of every (replica, stage), replicas separated by "|" (testbed.plan.grid);
+# gradient_sync: the DP all-reduce's algorithm (empty for dp = 1)
+SETTINGS = ["backend", "shaper", "placement", "placement_stage_dcs", "placement_map",
+            "gradient_sync", "schedule", "executor",
             "compute_mode", "schedule_rule", "pp", "dp", "chunks", "microbatches"]
 MEASURED = ["iteration_time_s", "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max",
             "bubble_ratio_megatron", "wall_time_per_iteration_s", "throughput_tokens_s",
@@ -19,6 +22,10 @@ MEASURED = ["iteration_time_s", "iteration_time_p95_s", "bubble_ratio", "bubble_
             "iteration_throughput_samples_s", "exposed_comm_s"]
 PREDICTED = ["predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_exposed_comm_s",
              "predicted_peak_inflight"]
+# with dp > 1 (testbed.readout.dataparallel): the all-reduce's time the ranks waited for after
+# their last action, and the rest of it, which ran beside their pipeline work
+DATA_PARALLEL = ["allreduce_exposed_s", "predicted_allreduce_exposed_s", "allreduce_hidden_s",
+                 "predicted_allreduce_hidden_s"]
 FILLER = ["filler_basis", "utilization", "training_utilization", "filler_requests_per_s",
           "filler_tokens_per_s", "filler_overrun_s"]
 # metrics_source: how the measured columns were obtained (testbed.readout.program);
@@ -45,7 +52,7 @@ FIDELITY = ["fidelity", "fidelity_unchecked", "compute_overshoot_p50_ms",
 # loopback, what the emulated network added to them, its compute stretch, or why it failed
 CONTROL = ["control_iteration_time_s", "control_bubble_ratio", "network_added_s",
            "network_added_bubble", "compute_vs_control_pct", "control_error"]
-BODY = SETTINGS + MEASURED + PREDICTED + FILLER + CONTROL + BOOKKEEPING + FIDELITY
+BODY = SETTINGS + MEASURED + PREDICTED + DATA_PARALLEL + FILLER + CONTROL + BOOKKEEPING + FIDELITY
 LINK_PREFIX = "link_"
 STATUSES = ("ok", "failed", "skipped")
 

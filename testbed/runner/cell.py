@@ -32,13 +32,16 @@ from testbed.net.backends.base import Backend
 from testbed.net.shaping.interface import Shaper
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
+from testbed.plan.grid import grid_text
 from testbed.readout import columns
 from testbed.readout.control import control_columns
+from testbed.readout.dataparallel import dp_columns
 from testbed.readout.cpu import CpuSampler
 from testbed.readout.fidelity import assess
 from testbed.readout.perfetto import export
 from testbed.readout.program import program_metrics
 from testbed.readout.series import metrics_and_series, series_csv
+from testbed.readout.traces import load_traces
 from testbed.runner.livenet import LiveNetwork
 from testbed.runner.store import RunStore, atomic_write
 from testbed.runner.tracewatch import IterationWatch
@@ -115,8 +118,9 @@ class CellRunner:
         return {
             "experiment": exp.name, "run_id": self.store.run_id, "cell_id": cell.cell_id,
             "repeat": repeat, "status": "failed", "error": "", **cell.params,
-            "backend": exp.backend, "shaper": self.shaper_name, "placement": exp.placement,
+            "backend": exp.backend, "shaper": self.shaper_name, "placement": exp.placement_name,
             "placement_stage_dcs": " ".join(plan.stage_dcs),
+            **_data_parallel_settings(plan),
             "schedule": w.schedule_file or w.schedule, "executor": w.executor,
             "compute_mode": w.compute.mode,
             "schedule_rule": plan.schedule.variant,  # crosspipe_greedy: the rule that won
@@ -162,7 +166,7 @@ class CellRunner:
         row: dict[str, Any] = {"network": net.tag}
         check()
         row.update(self.live.measured_links(plan, f"{plan.cell.cell_id}/{repeat}", check))
-        drops_before = _drops(shaper)
+        drops_before, sent_before = _drops(shaper), shaper.tx_bytes()
         clock.mark("links")
         row["network_setup_s"], row["measure_links_s"] = (round(s, 3) for _, s in clock.spent)
         with ExitStack() as stack:
@@ -178,10 +182,14 @@ class CellRunner:
             player.stop()  # no step half-applied while shaping is read back
             shaper.verify()  # still as set at the end of the run
             row.update(_drops(shaper, drops_before))
+            sent_after = shaper.tx_bytes()
             _write_json(Path(cell_dir.steps), player.applied)
             clock.mark("workers")
         clock.mark("stop")
         row.update(_metrics(cell_dir, plan, player, exits))
+        if plan.experiment.workload.program is None:
+            row.update(dp_columns(plan, load_traces(Path(cell_dir.root)), sent_before,
+                                  sent_after))
         row.update(control_columns(plan, self.controls, row, Path(cell_dir.root)))
         row.update(assess(Path(cell_dir.root), plan, row, cpu, self.backend.hosts_here))
         with writing(cell_dir.perfetto):
@@ -263,3 +271,12 @@ def _write_json(path: Path, data: Any) -> None:
 def _one_line(text: str) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return " | ".join(lines[-3:]) if lines else "unknown error"
+
+
+def _data_parallel_settings(plan: CellPlan) -> dict[str, Any]:
+    """With dp > 1: the DC of every (replica, stage) and the all-reduce's algorithm (the
+    columns appear only when some cell has data parallelism)."""
+    w = plan.experiment.workload
+    if w.parallel.dp == 1:
+        return {}
+    return {"placement_map": grid_text(plan.grid), "gradient_sync": w.gradient_sync.algorithm}

@@ -174,7 +174,8 @@ def resolved(plan: CellPlan) -> dict:
     placement and the prediction."""
     return {"params": plan.cell.params,
             "experiment": plan.experiment.model_dump(mode="json"),
-            "placement_stage_dcs": plan.stage_dcs, "prediction": plan.prediction}
+            "placement_stage_dcs": plan.stage_dcs, "placement_map": plan.grid,
+            "prediction": plan.prediction}
 
 
 def _sweep(todo: list[tuple[CellPlan, int]], runner: CellRunner, store: RunStore,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.errors import EXIT_BAD_INPUT, TestbedError
+from testbed.sim.collective import predicted_allreduce
 from testbed.sim.engine import simulate
 from testbed.sim.iteration import Deadlock, SimInput, SimResult
 
@@ -43,6 +44,7 @@ def predicted(res: SimResult, memory_limit: int | None = None) -> dict[str, Any]
     out = {f"predicted_{k}": round(v, 6) for k, v in res.metrics().items()}
     out["predicted_peak_inflight"] = max(res.peak_inflight_per_stage)
     out["predicted_peak_inflight_per_stage"] = list(res.peak_inflight_per_stage)
+    out.update(predicted_allreduce(res))
     if memory_limit is not None:
         out["predicted_memory_ok"] = out["predicted_peak_inflight"] <= memory_limit
     return out

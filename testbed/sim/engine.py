@@ -13,15 +13,21 @@ Model, per iteration (all ranks start together, as after the executor's barrier)
 - a SEND holds its rank ``SEND_CALL_S`` (idle, as the trace's ``comm`` record) and hands the
   message to its path. Every shaped hop of the path is a FIFO per direction: one transfer at a
   time, in the order the sends were issued (htb + bfifo, and gloo's one TCP connection per rank
-  pair, serve bytes in order; concurrent TCP flows on one link would interleave packets and
-  share the rate instead: their total time is the same, the order of completions is not). A
-  transfer starts when every hop of its path is free and its receive is known to be posted,
-  occupies them for bytes × 8 / the bottleneck rate, and arrives one propagation delay (the sum
-  over hops) and ``MESSAGE_LATENCY_S`` of software later. Unshaped paths move
-  ``UNSHAPED_BYTES_PER_S``;
+  pair, serve bytes in order; concurrent TCP flows on one link could interleave packets and
+  share the rate instead: measured on this emulator with a queue that holds the bursts, two
+  replicas' simultaneous activations went one after the other, docs/howto/data-parallel.md).
+  The data-parallel all-reduce's chunks queue on the same FIFOs in quanta
+  (``testbed.sim.collective``). ``workload.wan_sharing: temporal`` staggers the replicas'
+  starts (``start_offsets``, ``testbed.plan.sharing``). A transfer starts when every hop of its
+  path is free and its receive is known to be posted, occupies them for bytes × 8 / the
+  bottleneck rate, and arrives one propagation delay (the sum over hops) and
+  ``MESSAGE_LATENCY_S`` of software later. Unshaped paths move ``UNSHAPED_BYTES_PER_S``;
 - a RECV blocks until its message has arrived; the blocked time is exposed communication;
 - after its last action a rank waits for its sends to leave (SEND_WAIT), then, with dp > 1,
-  joins its stage's data-parallel all-reduce (ring: starts when the last replica arrives).
+  for its stages' data-parallel all-reduces (ALLREDUCE_WAIT, exposed communication). A
+  stage's all-reduce starts when its last backward (B or W) ends (``overlap``, as the
+  executor does) or after the SEND_WAIT; its ring steps are transfers on the same hops as the
+  pipeline's (``testbed.sim.collective``).
 
 Not modelled: TCP slow start and congestion control, packet loss and retransmission, jitter,
 time-varying link steps, CPU contention between ranks, barrier skew.
@@ -33,6 +39,7 @@ from collections import defaultdict
 
 from testbed.schedule.ir import Action, Kind, Schedule
 from testbed.sim import calibration as C
+from testbed.sim.collective import Collectives
 from testbed.sim.iteration import (Deadlock, SimInput, SimResult, Span, TransferRequest,
                                    duration)
 
@@ -54,17 +61,25 @@ class _Run:
         self.spans: list[Span] = []
         self.done: dict[int, float] = {}
         self.memory = _Memory(self.s, self.world)
+        self.collectives = Collectives(inp, self.push, self.hop_free, self.spans)
+        # the action after which each stage's gradients are complete (its last B or W)
+        self.grads_done = [{} for _ in range(self.s.pp)]
+        for p in range(self.s.pp):
+            for i, a in enumerate(self.s.actions[p]):
+                if a.kind in (Kind.B, Kind.W):
+                    self.grads_done[p][a.stage] = i
 
-    def push(self, t: float, rank: int) -> None:
+    def push(self, t: float, fn, *args) -> None:
+        """Call ``fn(t, *args)`` at simulated time ``t`` (ties in the order pushed)."""
         self.seq += 1
-        heapq.heappush(self.events, (t, self.seq, rank))
+        heapq.heappush(self.events, (t, self.seq, fn, args))
 
     def go(self) -> SimResult:
         for r in range(self.world):
-            self.push(self._post_receives(r), r)
+            self.push(self._post_receives(r), self._step, r)
         while self.events:
-            t, _, r = heapq.heappop(self.events)
-            self._step(r, t)
+            t, _, fn, args = heapq.heappop(self.events)
+            fn(t, *args)
         if len(self.done) < self.world:
             stuck = {r: str(self._actions(r)[self.pos[r]]) for r in range(self.world)
                      if r not in self.done}
@@ -74,7 +89,7 @@ class _Run:
     def _post_receives(self, r: int) -> float:
         """Post rank ``r``'s receives in list order and record when each sender learns of its
         receive. Returns the time the rank's first action starts."""
-        t = 0.0
+        t = self.inp.start_offsets.get(r, 0.0)
         for a in self._actions(r):
             if a.kind in (Kind.RECV_F, Kind.RECV_B):
                 t += C.POST_RECV_S
@@ -95,18 +110,23 @@ class _Run:
     def _global(self, rank: int, stage: int) -> int:
         return (rank // self.s.pp) * self.s.pp + self.s.stage_to_rank[stage]
 
-    def _step(self, r: int, t: float) -> None:
+    def _step(self, t: float, r: int) -> None:
         acts = self._actions(r)
         if self.pos[r] == len(acts):
             end = max(t, self.sent_by[r])
             self.spans.append(Span(r, "SEND_WAIT", None, None, t, end, "wait"))
             self.done[r] = end
+            if not self.inp.overlap:
+                for stage in self.collectives.stages_of(r):
+                    self.collectives.start(end, stage, r)
             return
         a = acts[self.pos[r]]
         if a.kind.is_compute:
             dur = duration(self.inp.times[a.stage], a.kind) + C.SLEEP_OVERSHOOT_S
             self._advance(r, a, t, t + dur, "compute")
             self.memory.update(r, a, t + dur)
+            if self.inp.overlap and self.grads_done[r % self.s.pp].get(a.stage) == self.pos[r] - 1:
+                self.collectives.start(t + dur, a.stage, r)
         elif a.kind in (Kind.SEND_F, Kind.SEND_B):
             self._send(r, a, t)
             self._advance(r, a, t, t + C.SEND_CALL_S, "comm")
@@ -116,7 +136,7 @@ class _Run:
     def _advance(self, r: int, a: Action, t0: float, t1: float, cat: str) -> None:
         self.spans.append(Span(r, a.kind.value, a.stage, a.microbatch, t0, t1, cat))
         self.pos[r] += 1
-        self.push(t1 + C.ACTION_GAP_S, r)
+        self.push(t1 + C.ACTION_GAP_S, self._step, r)
 
     def _send(self, r: int, a: Action, t: float) -> None:
         fwd = a.kind is Kind.SEND_F
@@ -136,9 +156,9 @@ class _Run:
         if key in self.waiting:
             self.push(*self._wake(key))
 
-    def _wake(self, key: tuple) -> tuple[float, int]:
+    def _wake(self, key: tuple) -> tuple:
         rank, since = self.waiting.pop(key)
-        return since, rank
+        return since, self._step, rank
 
     def _recv(self, r: int, a: Action, t: float) -> None:
         key = self._recv_key(r, a)
@@ -148,17 +168,16 @@ class _Run:
         self._advance(r, a, t, max(t, self.arrival[key]), "wait")
 
     def _all_reduce(self) -> dict[int, float]:
-        """Each rank's end after its stage's DP all-reduce (ring over the dp replicas)."""
-        if self.inp.dp == 1:
-            return dict(self.done)
+        """Each rank's end: after its sends left and its all-reduces ended (the wait for them
+        is an ALLREDUCE_WAIT span, exposed communication as in the executor's trace)."""
         ends = {}
-        for p in range(self.s.pp):
-            group = [d * self.s.pp + p for d in range(self.inp.dp)]
-            start = max(self.done[r] for r in group)
-            for r in group:
-                ends[r] = start + self.inp.allreduce_s[p]
-                self.spans.append(Span(r, "ALLREDUCE", None, None, self.done[r], ends[r],
-                                       "comm"))
+        for r, done in self.done.items():
+            end = self.collectives.end_of(r)
+            if end is None:
+                raise Deadlock(f"deadlock: rank {r}'s all-reduce never ends")
+            ends[r] = max(done, end)
+            if self.collectives.stages_of(r):
+                self.spans.append(Span(r, "ALLREDUCE_WAIT", None, None, done, ends[r], "wait"))
         return ends
 
     def _result(self, ends: dict[int, float]) -> SimResult:

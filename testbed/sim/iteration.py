@@ -15,11 +15,13 @@ from testbed.sim import calibration as C
 @dataclass(frozen=True)
 class Path:
     """How bytes go from one rank to another: the shaped hops they occupy (each a FIFO),
-    the bottleneck rate (bit/s; None when nothing is shaped) and the one-way delay (s)."""
+    the bottleneck rate (bit/s; None when nothing is shaped), the one-way delay (s) and the
+    bottleneck's queue limit (bytes; None when nothing is shaped)."""
 
     hops: tuple[str, ...]
     rate_bps: float | None
     delay_s: float
+    queue_bytes: int | None = None
 
     def serialization_s(self, nbytes: int) -> float:
         """Time the bytes occupy the path's bottleneck."""
@@ -72,8 +74,10 @@ class SimInput:
     """Everything one simulated iteration needs.
 
     ``schedule`` is lowered (has SEND/RECV); ``times[s]`` per virtual stage; ``message_bytes``
-    per activation or gradient; ``path(src, dst)`` between global ranks; ``allreduce_s[pp_rank]``
-    is the data-parallel all-reduce time of that pipeline rank (ignored when dp = 1).
+    per activation or gradient; ``path(src, dst)`` between global ranks;
+    ``collectives[rank][stage]`` the ring steps of that rank's data-parallel all-reduce of
+    that virtual stage (``testbed.spec.allreduce``; none when dp = 1), started when the
+    stage's last backward ends (``overlap``) or after the rank's last action.
     ``transfer``, when given, is asked for each message's start and path instead (the path's
     rate and delay; FIFO hops stay those of ``path``): a network whose allocation changes from
     one transfer to the next (``testbed.optical``). SENDs are issued in time order.
@@ -84,7 +88,9 @@ class SimInput:
     message_bytes: int
     dp: int = 1
     paths: dict[tuple[int, int], Path] = field(default_factory=dict)
-    allreduce_s: list[float] = field(default_factory=list)
+    collectives: dict[int, dict[int, list]] = field(default_factory=dict)
+    overlap: bool = True
+    start_offsets: dict[int, float] = field(default_factory=dict)  # s after the iteration start
     transfer: TransferHook | None = None
 
     def path(self, src: int, dst: int) -> Path:

@@ -25,18 +25,20 @@ from testbed.sim.iteration import UNSHAPED, Path
 # every message pays (calibration.MESSAGE_LATENCY_S).
 SAME_HOST = UNSHAPED
 
-Hop = tuple[str | None, float | None, float]   # (FIFO name when rate-shaped, bit/s, delay s)
+# (FIFO name when rate-shaped, bit/s, delay s, queue limit bytes when rate-shaped)
+Hop = tuple[str | None, float | None, float, int | None]
 
 
 def _hop(name: str, p: LinkProfile) -> Hop:
     rate = p.rate_mbit * 1e6 if p.rate_mbit else None
-    return (name if rate else None), rate, p.one_way_delay_ms / 1000
+    return (name if rate else None), rate, p.one_way_delay_ms / 1000, p.queue_limit_bytes()
 
 
 def _combine(hops: list[Hop]) -> Path:
-    rates = [r for _, r, _ in hops if r]
-    return Path(tuple(n for n, _, _ in hops if n), min(rates) if rates else None,
-                sum(d for _, _, d in hops))
+    shaped = [h for h in hops if h[1]]
+    slowest = min(shaped, key=lambda h: h[1]) if shaped else None
+    return Path(tuple(h[0] for h in shaped), slowest[1] if slowest else None,
+                sum(h[2] for h in hops), slowest[3] if slowest else None)
 
 
 class PathModel:
@@ -59,6 +61,16 @@ class PathModel:
             cur = nxt
         return out
 
+    def route(self, a: str, b: str) -> list[tuple[str, str]]:
+        """The inter-DC link directions (from DC, to DC) bytes from DC ``a`` to DC ``b``
+        cross, in order (none inside a DC)."""
+        out, cur = [], a
+        while cur != b:
+            nxt = self.routes[cur][b]
+            out.append((cur, nxt))
+            cur = nxt
+        return out
+
     def path(self, src: Slot, dst: Slot) -> Path:
         """The path from ``src``'s host to ``dst``'s host (``SAME_HOST`` when they share one)."""
         if src.host == dst.host:
@@ -73,7 +85,7 @@ class PathModel:
         window_bps = self.window_bytes * 8 / rtt
         if path.rate_bps is not None and path.rate_bps <= window_bps:
             return path
-        return Path(path.hops, window_bps, path.delay_s)
+        return Path(path.hops, window_bps, path.delay_s, path.queue_bytes)
 
     def between_dcs(self, a: str, b: str) -> Path:
         """The path from a host of DC ``a`` to another host of DC ``b``."""

@@ -19,7 +19,7 @@ from testbed.schedule.csvfile import ScheduleFileError, load_py, read_csv
 from testbed.schedule.filecheck import Shape
 from testbed.schedule.registry import schedule_problems
 from testbed.spec.matrix import Cell, cell_id, params_text, parse_matrix
-from testbed.spec.models import Experiment
+from testbed.spec.models import Experiment, map_problems
 from testbed.spec.problems import pydantic_problems
 from testbed.spec.source import Loc, Source, read_source
 from testbed.spec.workload import Workload
@@ -166,6 +166,9 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
     if exp.backend == "remote" and exp.remote is None:
         out.append((("backend",), "backend remote needs a remote section naming the lab's "
                                   "inventory: remote: {inventory: lab.ini}"))
+    if not isinstance(exp.placement, str):
+        out += map_problems(exp.topology, exp.placement.map, w.parallel.pp, w.parallel.dp,
+                            per_host)
     return out + _link_checks(exp)
 
 

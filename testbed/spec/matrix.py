@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from testbed.errors import Problem
 from testbed.topology import LinkProfile
 from testbed.spec.models import Experiment
+from testbed.spec.workload import GradientSync
 from testbed.spec.problems import model_in
 from testbed.spec.source import Loc, Source
 
@@ -33,7 +34,9 @@ MAX_CELLS = 10_000
 ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic",
                       "workload.connections": 1, "workload.memory_limit": None,
                       "workload.filler": None, "workload.schedule_file": None,
-                      "workload.program": None, "workload.ranks_per_host": 1}
+                      "workload.program": None, "workload.ranks_per_host": 1,
+                      "workload.gradient_sync": GradientSync().model_dump(mode="json"),
+                      "workload.wan_sharing": "fair"}
 
 
 @dataclass

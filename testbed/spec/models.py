@@ -5,6 +5,7 @@ to it); the training job is a :class:`testbed.spec.workload.Workload`.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -15,7 +16,62 @@ from testbed.spec.workload import Workload
 from testbed.spec.costs import stage_forward_ms
 
 # The placement strategies (testbed.plan.placement implements them under these names).
-PLACEMENT_STRATEGIES = ("in_order", "atlas", "cba")
+PLACEMENT_STRATEGIES = ("in_order", "atlas", "cba", "dp_across_dcs")
+# what the results row's ``placement`` says for an explicit map
+PLACEMENT_MAP = "map"
+
+
+class PlacementMap(Strict):
+    """An explicit placement: the DC of every (replica, stage)."""
+
+    map: list[list[str]] = Field(
+        min_length=1, max_length=128,
+        description="one list per data-parallel replica (dp of them), each naming the DC of "
+                    "every pipeline stage (pp names): map[d][s] is the DC of replica d's "
+                    "stage s")
+
+
+def room(topology: Topology, dc: str, ranks_per_host: int) -> int:
+    """Ranks DC ``dc`` holds: hosts × ranks_per_host."""
+    return topology.dc(dc).hosts * ranks_per_host
+
+
+def overfull(topology: Topology, grid: list[list[str]], ranks_per_host: int,
+             strategy: str) -> str | None:
+    """Why ``grid`` does not fit the DCs' hosts (the first DC given more ranks than it holds),
+    or None."""
+    counts = Counter(dc for row in grid for dc in row)
+    for dc in (d.name for d in topology.dcs):
+        if counts[dc] > room(topology, dc, ranks_per_host):
+            return (f"{strategy} puts {counts[dc]} ranks in DC {dc}, which holds "
+                    f"{room(topology, dc, ranks_per_host)} ({topology.dc(dc).hosts} hosts × "
+                    f"ranks_per_host={ranks_per_host})")
+    return None
+
+
+def map_problems(topology: Topology, grid: list[list[str]], pp: int, dp: int,
+                 ranks_per_host: int) -> list[tuple[tuple, str]]:
+    """What is wrong with an explicit ``placement: {map: …}``: (location in the file, message)
+    pairs for a wrong number of replicas or stages, an unknown DC, or a DC given more ranks
+    than its hosts hold."""
+    out: list[tuple[tuple, str]] = []
+    loc = ("placement", "map")
+    if len(grid) != dp:
+        out.append((loc, f"has {len(grid)} replica row(s); workload.parallel.dp is {dp}"))
+    names = {dc.name for dc in topology.dcs}
+    for d, row in enumerate(grid):
+        if len(row) != pp:
+            out.append((loc + (d,), f"replica {d} names {len(row)} DC(s); "
+                                    f"workload.parallel.pp is {pp}"))
+        for s, dc in enumerate(row):
+            if dc not in names:
+                out.append((loc + (d, s), f"no DC {dc!r} in topology {topology.name!r}; DCs: "
+                                          f"{', '.join(dc.name for dc in topology.dcs)}"))
+    if not out:
+        why = overfull(topology, grid, ranks_per_host, "placement map")
+        if why:
+            out.append((loc, why))
+    return out
 
 
 class LinkOverrides(Strict):
@@ -52,15 +108,24 @@ class Experiment(Strict):
     topology: Topology
     links: LinkOverrides = Field(default_factory=LinkOverrides)
     workload: Workload = Field(default_factory=Workload)
-    placement: Literal[PLACEMENT_STRATEGIES] = Field(
-        "in_order", description="stage → DC assignment: in_order (contiguous blocks in file "
-                                "order), atlas (fewest DCs, cheapest chain), cba (ILP over "
-                                "heterogeneous links, re-ranked by the simulator)")
+    placement: Literal[PLACEMENT_STRATEGIES] | PlacementMap = Field(
+        "in_order", description="rank → DC assignment. Stages across DCs, a stage's replicas "
+                                "in one DC: in_order (contiguous blocks in file order), atlas "
+                                "(fewest DCs, cheapest chain), cba (ILP over heterogeneous "
+                                "links, re-ranked by the simulator). Whole pipelines inside "
+                                "DCs, data parallelism across them: dp_across_dcs (replica d "
+                                "in the d-th DC with room, round robin in file order). Or "
+                                "{map: [[DC of each stage] per replica]}")
     matrix: dict[str, Any] = Field(default_factory=dict)
     repeat: int = Field(1, ge=1, le=1000)
     timeout_s: float = Field(600, gt=0, description="per cell; workers are killed after it")
     measure_links: bool = Field(True, description="measure RTT and rate of every inter-DC link")
     remote: Remote | None = Field(None, description="lab hosts, for backend: remote")
+
+    @property
+    def placement_name(self) -> str:
+        """The placement as the results row records it: the strategy, or ``map``."""
+        return self.placement if isinstance(self.placement, str) else PLACEMENT_MAP
 
     def network_topology(self) -> Topology:
         """The topology as built: ``links.intra_dc`` laid over every DC's host-link profile

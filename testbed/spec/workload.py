@@ -38,6 +38,25 @@ class Parallel(Strict):
     dp: int = Field(1, ge=1, le=128)
 
 
+class GradientSync(Strict):
+    """How a stage's data-parallel replicas all-reduce their gradients."""
+
+    algorithm: Literal["ring", "hierarchical"] = Field(
+        "ring", description="ring: one ring over every replica of the stage, ordered by DC "
+                            "(file order) then replica, so it crosses each DC boundary once; "
+                            "hierarchical: reduce-scatter inside each DC, all-reduce of the "
+                            "shards between DCs, all-gather inside each DC (every DC holding "
+                            "the stage must hold the same number of its replicas)")
+    overlap: bool = Field(
+        True, description="start a stage's all-reduce as soon as its last backward of the "
+                          "iteration ends, beside the rank's remaining pipeline work (false: "
+                          "after the rank's last action)")
+    bucket_mb: float | None = Field(
+        None, gt=0, le=1_000_000,
+        description="all-reduce a stage's gradients in buckets of this many MB (10^6 bytes as "
+                    "sent, bytes_scale applied), one after the other; None: one bucket")
+
+
 class Compute(Strict):
     """Real forward/backward, or emulated: each F/B/W takes a modelled time (per virtual stage,
     per microbatch) while tensors of the true shapes cross the network."""
@@ -165,6 +184,15 @@ class Workload(Strict):
                                          "activation/gradient is split over this many, as Atlas "
                                          "does on window-limited high-RTT links")
     compute: Compute = Field(default_factory=lambda: Compute(forward_ms=20, backward_ms=40))
+    wan_sharing: Literal["fair", "temporal"] = Field(
+        "fair", description="how the pipelines of several replicas share an inter-DC link "
+                            "direction they all cross: fair (all start together, their "
+                            "transfers share the link as TCP does) or temporal (replica d "
+                            "starts d slots late, a slot being one activation's time on the "
+                            "busiest shared link direction, so their transfers take turns, "
+                            "each at the link's whole rate; docs/howto/data-parallel.md)")
+    gradient_sync: GradientSync = Field(default_factory=GradientSync,
+                                        description="the data-parallel all-reduce (dp > 1)")
     memory_limit: int | None = Field(
         None, ge=1, le=4096, description="most microbatches of activations a stage may hold; "
                                          "the cross-DC schedules (geopipe, crosspipe_*) are "

@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from testbed.schedule.ir import Action, Kind
 from testbed.spec.workload import Workload
-from testbed.spec.costs import ComputeTimes, activation_numel, bytes_factor, stage_params
+from testbed.spec.costs import ComputeTimes, activation_numel, bytes_factor
 from testbed.train import model as M
 from testbed.train.filler import NoFiller
 from testbed.train.rank import RankContext, modelled_ns, modelled_s, ns
-from testbed.train.ring import EmulatedRing
+from testbed.topology import Slot
+from testbed.train.dataparallel import DataParallel
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transfer, Transport
 
@@ -55,12 +55,13 @@ class StageState:
     losses: list[float] = field(default_factory=list)
 
 
-class Executor:
+class Executor(DataParallel):
     """Runs iterations of the rank's action list; real or emulated compute."""
 
     def __init__(self, ctx: RankContext, w: Workload, tracer: Tracer,
                  dp_group: Any | None = None, transport: Transport | None = None,
-                 filler: Any | None = None):
+                 filler: Any | None = None, placement: list[Slot] | None = None,
+                 dp_transport: Transport | None = None):
         self.ctx, self.w, self.tr = ctx, w, tracer
         # every wait goes through it: testbed.train.filler.Filler fills the gap with prefill
         self.filler = filler or NoFiller()
@@ -82,22 +83,16 @@ class Executor:
             self.act = torch.empty(self.shape)  # sent, never read: no page of it is written
             # every receive lands here, once allocated: emulated compute reads none of them
             self.recv_buf = torch.empty(self.shape)
-            # the DP all-reduce moves gradients of each stage's true size (× bytes_scale)
-            # without reducing them (ring.py): chunk-sized buffers, no gradient tensors
-            self.ring = EmulatedRing([d * ctx.pp + ctx.pp_rank for d in range(ctx.dp)],
-                                     ctx.dp_rank, dp_group, self._grad_numel(),
-                                     tracer) if ctx.dp > 1 else None
-        # a stage's gradients are complete after its last B (or W): its DP all-reduce starts
-        # there, overlapping whatever this rank still has to do (the other chunk's cool-down)
+        # the DP all-reduce (ring.py) with the workload's algorithm over the placement: real
+        # gradients, or (emulated) their true size × bytes_scale in chunk-sized buffers
+        self.ring = self._gradient_ring(placement, dp_group, dp_transport) if ctx.dp > 1 \
+            else None
+        # a stage's gradients are complete after its last B (or W): with gradient_sync.overlap
+        # its DP all-reduce starts there, overlapping whatever this rank still has to do
         self.grads_done_at = {}
         for i, a in enumerate(self.actions):
-            if a.kind in (Kind.B, Kind.W):
+            if a.kind in (Kind.B, Kind.W) and w.gradient_sync.overlap:
                 self.grads_done_at[a.stage] = i
-
-    def _grad_numel(self) -> dict[int, int]:
-        """Gradient elements (float32, × bytes_scale) of each of this rank's stages."""
-        return {s: max(1, int(stage_params(self.w.model, s, self.n_stages)
-                              * bytes_factor(self.w))) for s in self.stages}
 
     def _init_real(self) -> None:
         spec, n = self.w.model, self.n_stages
@@ -248,46 +243,3 @@ class Executor:
             st.losses.append(loss.item() * self.m)
             out = loss
         st.outputs[key] = out
-
-    # ------------------------------------------------------------------ DP and optimizer
-    def _start_allreduce(self, it: int, stage: int) -> tuple[int, Any, torch.Tensor | None]:
-        """Start the asynchronous DP all-reduce of one stage's gradients: gloo's all-reduce
-        of the real gradients, or the emulated ring's bytes without the arithmetic."""
-        if self.real:
-            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                              for p in self.modules[stage].parameters()])
-            t0 = ns()
-            work = dist.all_reduce(flat, group=self.dp_group, async_op=True)
-            nbytes = flat.numel() * flat.element_size()
-        else:
-            flat, t0 = None, ns()
-            work, nbytes = self.ring.start(it, stage), self.ring.gradient_bytes(stage)
-        self.tr.action(it, "ALLREDUCE", stage, None, t0, ns(), "comm", nbytes, None)
-        return stage, work, flat
-
-    def _data_parallel(self, it: int, reducing: list | None = None) -> None:
-        """Finish the DP all-reduces (starting those not started yet), then the optimizer
-        step. The wait is what the all-reduce did not overlap."""
-        if self.ctx.dp > 1:
-            if reducing is None:
-                reducing = [self._start_allreduce(it, s) for s in self.stages]
-            t0 = ns()
-            self.filler.wait(it, ("ALLREDUCE_WAIT", None, None),
-                        Transfer([work for _, work, _ in reducing]), t0)
-            self.tr.action(it, "ALLREDUCE_WAIT", None, None, t0, ns(), "wait")
-            if self.real:
-                for stage, _, flat in reducing:
-                    self._unflatten(self.modules[stage].parameters(), flat / self.ctx.dp)
-        if self.real:
-            t0 = ns()
-            self.opt.step()
-            self.opt.zero_grad(set_to_none=True)
-            self.tr.action(it, "OPT", None, None, t0, ns(), "compute")
-
-    @staticmethod
-    def _unflatten(params, flat: torch.Tensor) -> None:
-        off = 0
-        for p in params:
-            n = p.numel()
-            p.grad = flat[off:off + n].view_as(p).clone()
-            off += n

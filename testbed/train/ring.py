@@ -1,23 +1,25 @@
-"""The data-parallel all-reduce of emulated compute: a ring all-reduce's bytes on the wire,
-without its reduction arithmetic.
+"""The data-parallel all-reduce of the workers: the ring steps of ``testbed.spec.allreduce``
+(a flat ring, or hierarchical: reduce-scatter inside each DC, all-reduce between DCs,
+all-gather inside), run over P2P between the replicas.
 
-A ring all-reduce over d replicas takes 2(d−1) steps; in each, every rank sends one chunk of
-gradient bytes / d to the next rank of the ring and receives one from the previous rank. After
-each of the first d−1 steps (reduce-scatter) a rank adds the received chunk into its own; the
-last d−1 steps (all-gather) only copy. Emulated compute never reads gradients, so here each
-step is a P2P ``isend`` of a chunk-sized buffer to the next rank and an ``irecv`` into another
-from the previous one, over the DP group; the next step starts when both are done, as in the
-real ring. The addition is not done: its time on a GPU (``reduce_step_s``,
-docs/architecture.md) is slept instead, so a busy 2-core box spends no CPU on arithmetic that
-nothing reads, and the simulator (``testbed.sim.inputs.allreduce_s``) models the same steps.
+Each step sends one chunk to the next rank of its ring and receives one from the previous
+rank, over the DP group (split over ``workload.connections`` TCP connections when there are
+several groups); the next step starts when both are done. Real compute moves slices of the
+real (flattened, padded) gradients and adds what a reduce-scatter step receives: a real
+all-reduce with the same algorithm. Emulated compute never reads gradients: each step is a
+send from a buffer nothing writes and a receive into one nothing reads, and the addition is
+not done: its time on a GPU (``reduce_step_s``, docs/architecture.md) is slept instead, so a
+busy 2-core box spends no CPU on arithmetic nothing reads, and the simulator
+(``testbed.sim.collective``) models the same steps.
 
-Memory: one send and one receive buffer per rank, of at most ``PIECE_BYTES`` (a chunk larger
-than that travels as several messages posted together), shared by every piece, step, stage and
-iteration. The send buffer is never written (its pages stay the kernel's shared zero page);
-receives into the one receive buffer only overwrite bytes that nothing reads.
+Memory (emulated): one send and one receive buffer per rank, of at most ``PIECE_BYTES`` (a
+chunk larger than that travels as several messages posted together), shared by every piece,
+step, stage and iteration. The send buffer is never written (its pages stay the kernel's
+shared zero page).
 
-Each step is traced as an ``ALLREDUCE_STEP`` comm record (``mb`` = the step, bytes = the
-chunk, peer = the next rank) from the thread that drives the ring.
+Each step is traced as an ``ALLREDUCE_STEP`` comm record (``mb`` = the step's index over the
+stage's buckets, bytes = the chunk, peer = the rank sent to, ``bucket`` = its bucket) from the
+thread that drives the stage's all-reduce.
 """
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s, ring_chunk_bytes
+from testbed.spec.allreduce import Step, steps_of
+from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
+from testbed.train.transport import Transport
 
 ns = time.monotonic_ns
 # A step's chunk travels as messages of at most this many bytes, all posted at once (gloo
@@ -40,6 +44,10 @@ ns = time.monotonic_ns
 # 0.48 s with 4 MiB, 0.43 s with 1 MiB, 0.42 s with 256 KiB (one run each, busy machine);
 # below 1 MiB the Python calls per piece grow for little gain.
 PIECE_BYTES = 1 << 20
+
+
+# a stage's steps are tagged stage × STAGE_TAGS + step index (within the DP groups)
+STAGE_TAGS = 1 << 20
 
 
 class RingTransfer:
@@ -56,24 +64,19 @@ class RingTransfer:
             raise self.error
 
 
-class EmulatedRing:
-    """The emulated all-reduces of one pipeline rank over its DP replicas.
+class GradientRing:
+    """The all-reduces of one pipeline rank's stages: ``steps[stage]`` from
+    ``testbed.spec.allreduce``; ``numel[stage]`` gradient elements; ``transport`` over the DP
+    group(s) (default: ``group`` alone); ``tracer`` records the steps. Real compute passes the
+    flattened gradients to ``start``; emulated compute passes none."""
 
-    ``ring``: the global ranks of the replicas in ring order (this rank at ``position``);
-    ``numel``: gradient elements (float32) per virtual stage of this rank; ``tracer``: where
-    the steps are recorded. Raises ValueError for a ring of fewer than 2 ranks."""
-
-    def __init__(self, ring: list[int], position: int, group: Any, numel: dict[int, int],
-                 tracer: Any):
-        d = len(ring)
-        if d < 2:
-            raise ValueError(f"a ring all-reduce needs at least 2 replicas, got {d}")
-        self.next, self.prev = ring[(position + 1) % d], ring[(position - 1) % d]
-        self.d, self.steps, self.group, self.tr = d, 2 * (d - 1), group, tracer
-        self.numel = dict(numel)
-        self.chunk_numel = {s: ring_chunk_bytes(n * FLOAT32_BYTES, d) // FLOAT32_BYTES
-                            for s, n in numel.items()}
-        size = min(max(self.chunk_numel.values()), PIECE_BYTES // FLOAT32_BYTES)
+    def __init__(self, steps: dict[int, list[Step]], group: Any, numel: dict[int, int],
+                 tracer: Any, transport: Transport | None = None):
+        self.steps, self.numel, self.tr = steps, dict(numel), tracer
+        self.transport = transport or Transport([group])
+        self._bucket_t0: dict[int, int] = {}  # each stage's current bucket's first step start
+        self.chunk_numel = {s: max((st.numel for st in v), default=0) for s, v in steps.items()}
+        size = min(max(self.chunk_numel.values(), default=1) or 1, PIECE_BYTES // FLOAT32_BYTES)
         self.send_buf = torch.empty(size)  # never written: no resident pages
         self.recv_buf = torch.empty(size)  # written by every receive, read by nothing
         # one daemon thread per stage, started now and ended with the process: starting one
@@ -83,17 +86,21 @@ class EmulatedRing:
             threading.Thread(target=self._serve, args=(s, jobs), name=f"dp-ring-{s}",
                              daemon=True).start()
 
-    def start(self, it: int, stage: int) -> RingTransfer:
-        """Start ``stage``'s all-reduce of iteration ``it`` in the stage's thread."""
+    def start(self, it: int, stage: int, flat: torch.Tensor | None = None) -> RingTransfer:
+        """Start ``stage``'s all-reduce of iteration ``it`` in the stage's thread (``flat``:
+        the real gradients, summed over the replicas in place)."""
         transfer = RingTransfer()
-        self.jobs[stage].put((it, transfer))
+        self.jobs[stage].put((it, flat, transfer))
         return transfer
 
     def _serve(self, stage: int, jobs: queue.SimpleQueue) -> None:
         while True:
-            it, transfer = jobs.get()
+            it, flat, transfer = jobs.get()
             try:
-                self._steps(it, stage)
+                if flat is None:
+                    self._emulated(it, stage)
+                else:
+                    self._real(it, stage, flat)
             except BaseException as e:  # noqa: BLE001 — handed to the rank's thread in wait
                 transfer.error = e
             transfer.done.set()
@@ -102,23 +109,74 @@ class EmulatedRing:
         """Bytes of ``stage``'s gradients (what a real all-reduce would reduce)."""
         return self.numel[stage] * FLOAT32_BYTES
 
-    def pieces(self, stage: int) -> list[int]:
-        """Elements of each message one step of ``stage`` sends (they add up to its chunk)."""
-        n, most = self.chunk_numel[stage], self.send_buf.numel()
+    def pieces(self, stage: int, numel: int | None = None) -> list[int]:
+        """Elements of each message one step of ``stage`` (of ``numel`` elements; default its
+        largest) sends: they add up to the chunk."""
+        n = self.chunk_numel[stage] if numel is None else numel
+        most = self.send_buf.numel()
         return [most] * (n // most) + ([n % most] if n % most else [])
 
-    def _steps(self, it: int, stage: int) -> None:
-        n, pieces = self.chunk_numel[stage], self.pieces(stage)
-        pause = reduce_step_s(n * FLOAT32_BYTES)
-        for step in range(self.steps):
-            tag = stage * self.steps + step
+    def _trace(self, it: int, stage: int, st: Step, t0: int) -> None:
+        """Record step ``st``; after a bucket's last step, the bucket (first step's start to
+        now, its bytes sent)."""
+        if self.tr is None:
+            return
+        t1 = ns()
+        self.tr.action(it, "ALLREDUCE_STEP", stage, st.index, t0, t1, "comm",
+                       st.numel * FLOAT32_BYTES, st.send_to)
+        steps = self.steps[stage]
+        if st.index == 0 or steps[st.index - 1].bucket != st.bucket:
+            self._bucket_t0[stage] = t0
+        if st.index + 1 == len(steps) or steps[st.index + 1].bucket != st.bucket:
+            sent = sum(x.numel for x in steps if x.bucket == st.bucket) * FLOAT32_BYTES
+            self.tr.action(it, "ALLREDUCE_BUCKET", stage, st.bucket, self._bucket_t0[stage], t1,
+                           "comm", sent, None)
+
+    def _emulated(self, it: int, stage: int) -> None:
+        for st in self.steps[stage]:
+            tag = stage * STAGE_TAGS + st.index
             t0 = ns()
-            works = [w for k in pieces for w in (
-                dist.isend(self.send_buf[:k], dst=self.next, tag=tag, group=self.group),
-                dist.irecv(self.recv_buf[:k], src=self.prev, tag=tag, group=self.group))]
+            works = [w for k in self.pieces(stage, st.numel) for w in (
+                self.transport.isend(self.send_buf[:k], st.send_to, tag),
+                self.transport.irecv(self.recv_buf[:k], st.recv_from, tag))]
             for w in works:
                 w.wait()
-            self.tr.action(it, "ALLREDUCE_STEP", stage, step, t0, ns(), "comm",
-                           n * FLOAT32_BYTES, self.next)
-            if step < self.d - 1:
-                time.sleep(pause)  # the reduction a GPU would do here, not done
+            self._trace(it, stage, st, t0)
+            if st.reduce:
+                time.sleep(reduce_step_s(st.numel * FLOAT32_BYTES))  # not done: slept
+
+    def _real(self, it: int, stage: int, flat: torch.Tensor) -> None:
+        steps, buckets, start = self.steps[stage], {}, 0
+        for b in sorted({st.bucket for st in steps}):
+            mine = [st for st in steps if st.bucket == b]
+            end = max(max(st.send_at, st.recv_at) + st.numel for st in mine)
+            n = min(end, flat.numel() - start)  # the bucket's elements; the rest is padding
+            buf = torch.zeros(end)
+            buf[:n] = flat[start:start + n]
+            buckets[b] = (start, n, buf)
+            start += n
+        for st in steps:
+            start, n, buf = buckets[st.bucket]
+            got = torch.empty(st.numel)
+            t0 = ns()
+            sent = self.transport.isend(buf[st.send_at:st.send_at + st.numel],
+                                        st.send_to, stage * STAGE_TAGS + st.index)
+            self.transport.irecv(got, st.recv_from, stage * STAGE_TAGS + st.index).wait()
+            sent.wait()
+            if st.reduce:
+                buf[st.recv_at:st.recv_at + st.numel] += got
+            else:
+                buf[st.recv_at:st.recv_at + st.numel] = got
+            self._trace(it, stage, st, t0)
+        for start, n, buf in buckets.values():
+            flat[start:start + n] = buf[:n]
+
+
+def EmulatedRing(ring: list[int], position: int, group: Any, numel: dict[int, int],
+                 tracer: Any) -> GradientRing:
+    """A flat ring all-reduce over ``ring`` (this rank at ``position``) of each stage's
+    ``numel`` elements. Raises ValueError for a ring of fewer than 2 ranks."""
+    if len(ring) < 2:
+        raise ValueError(f"a ring all-reduce needs at least 2 replicas, got {len(ring)}")
+    return GradientRing({s: steps_of([ring], ring[position], n) for s, n in numel.items()},
+                        group, numel, tracer)

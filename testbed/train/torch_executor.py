@@ -52,8 +52,8 @@ class TorchExecutor(Executor):
     step with the project's executor."""
 
     def __init__(self, ctx: RankContext, w, tracer: Tracer, dp_group: Any | None = None,
-                 pipe_group: Any | None = None):
-        super().__init__(ctx, w, tracer, dp_group)
+                 pipe_group: Any | None = None, placement=None):
+        super().__init__(ctx, w, tracer, dp_group, placement=placement)
         self.it = 0
         mods = self.modules if self.real else {s: Scale() for s in self.stages}
         if not self.real:

@@ -117,7 +117,8 @@ def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False,
     try:
         ex, filler = _executor(cell, slot, world, tracer, {**times, **_local(env)})
         ex.warm_up_connections()
-        _iterate(ex, filler, w, tracer, _injected_fault(rank, cell.cell_id), alternate)
+        _iterate(ex, filler, w, tracer, _injected_fault(rank, cell.cell_id), alternate,
+                 cell.start_offsets_s.get(rank, 0.0))
     except BaseException as e:
         # when it failed, before tearing the group down: the runner names the rank whose
         # failure came first, not the peers that lost their connection to it
@@ -153,10 +154,13 @@ def _executor(cell: CellFile, slot, world: int, tracer, info: dict):
     ``_local``)."""
     w = cell.workload
     pp, dp = w.parallel.pp, w.parallel.dp
-    # only this rank's data-parallel group, synchronised among its members: a group every rank
-    # creates ends in a barrier over all of them, round trips across the slow links
-    dp_group = dist.new_group([d * pp + slot.pp_rank for d in range(dp)],
-                              use_local_synchronization=True) if dp > 1 else None
+    # only this rank's data-parallel group(s), synchronised among their members: a group every
+    # rank creates ends in a barrier over all of them, round trips across the slow links; one
+    # per workload.connections, over which the all-reduce's chunks are split
+    replicas = [d * pp + slot.pp_rank for d in range(dp)]
+    dp_groups = [dist.new_group(replicas, use_local_synchronization=True)
+                 for _ in range(w.connections)] if dp > 1 else [None]
+    dp_group = dp_groups[0]
     # P2P transfers split over workload.connections TCP connections (one group each)
     transport = Transport(connection_groups(w.connections))
     schedule = lower(_schedule(cell, w))
@@ -171,14 +175,17 @@ def _executor(cell: CellFile, slot, world: int, tracer, info: dict):
                   torch_version=torch.__version__, clock="monotonic")
     if w.executor == "torch":
         pipes = pipeline_groups(pp, dp)
-        return TorchExecutor(ctx, w, tracer, dp_group, pipes[ctx.dp_rank]), \
-            NoFiller()
+        return TorchExecutor(ctx, w, tracer, dp_group, pipes[ctx.dp_rank],
+                             placement=cell.placement), NoFiller()
     filler = _make_filler(w, tracer)
-    return Executor(ctx, w, tracer, dp_group, transport, filler), filler
+    return Executor(ctx, w, tracer, dp_group, transport, filler, cell.placement,
+                    Transport(dp_groups)), filler
 
 
-def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool) -> None:
-    """Every iteration, each started at one instant on every rank, then the closing barrier."""
+def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool,
+             offset_s: float = 0.0) -> None:
+    """Every iteration, each started at one instant on every rank (``offset_s`` later on this
+    one: wan_sharing temporal), then the closing barrier."""
     store = default_store()
     sync = StartSync(store, dist.get_world_size(), _start_margin_ns(store))
     margin_ms = sync.margin_ns / 1e6
@@ -186,7 +193,7 @@ def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool) -> None:
     for it in range(w.iterations):
         if it == fault:
             raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
-        heard_late = _start_together(sync, it, _tail(filler, it - 1))
+        heard_late = _start_together(sync, it, _tail(filler, it - 1), offset_s)
         late += heard_late if it >= w.warmup else 0  # a skewed warm-up is not measured
         if alternate:
             tracer.actions = it % 2 == 0
@@ -239,7 +246,8 @@ def _start_margin_ns(store) -> int:
     return store_round_trip_ns(store) * 2 + 2_000_000
 
 
-def _start_together(sync: StartSync, it: int, await_start=lambda work: work.wait()) -> int:
+def _start_together(sync: StartSync, it: int, await_start=lambda work: work.wait(),
+                    offset_s: float = 0.0) -> int:
     """Start iteration ``it`` on every rank at the same instant. A barrier alone releases
     ranks up to two one-way delays apart across a slow link, and the late ones would count as
     pipeline bubble; so once every rank has arrived the last of them sets a start time a
@@ -250,8 +258,8 @@ def _start_together(sync: StartSync, it: int, await_start=lambda work: work.wait
     time (the filler fills that wait)."""
     start = sync.agree(it, await_start)
     wait = (start - time.time_ns()) / 1e9
-    if wait > 0:
-        time.sleep(wait)
+    if wait + offset_s > 0:
+        time.sleep(wait + offset_s)
     return int(wait < 0)
 
 

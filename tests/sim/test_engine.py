@@ -96,7 +96,7 @@ def test_replicas_sharing_a_link_direction_queue_behind_each_other(no_overheads)
             up, down = (d * 2, d * 2 + 1), (d * 2 + 1, d * 2)
             paths[up] = Path(("dc1->dc2",) if shared else (f"up{d}",), rate, 0.0)
             paths[down] = Path(("dc2->dc1",) if shared else (f"down{d}",), rate, 0.0)
-        res = simulate(SimInput(s, times, nbytes, 2, paths, [0.0, 0.0]))
+        res = simulate(SimInput(s, times, nbytes, 2, paths))
         return sorted(x.t0 for x in res.spans if x.rank in (1, 3) and x.kind == "F")
 
     # alone, each replica's 4 transfers follow each other; shared, all 8 take turns

@@ -31,7 +31,8 @@ from testbed.train.ring import EmulatedRing, PIECE_BYTES
 class Tracer:
     steps = []
     def action(self, *a):
-        self.steps.append(a)
+        if a[1] == "ALLREDUCE_STEP":
+            self.steps.append(a)
 
 rank, port = int(sys.argv[1]), sys.argv[2]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)

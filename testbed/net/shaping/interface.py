@@ -45,6 +45,11 @@ class Shaper(ABC):
     def queue_drops(self) -> int:
         """Packets the bottleneck queues dropped, summed over directions."""
 
+    def tx_bytes(self) -> dict[str, int] | None:
+        """Bytes each inter-DC link direction's sending interface has sent so far (its
+        ``tx_bytes`` counter), keyed ``"<from DC>-><to DC>"``; None where not read."""
+        return None
+
     @abstractmethod
     def stop(self) -> None:
         """Stop and remove whatever the shaper runs or set; idempotent."""

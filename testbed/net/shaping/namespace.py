@@ -5,6 +5,7 @@ while a run goes on; subclasses say how one direction is shaped and checked.
 """
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,15 @@ class NamespaceShaper(Shaper):
             q, _ = read_qdiscs(self.net, d.end.router, d.end.iface)
             return tc.drops(q, self.drops_handle)
         return sum(_each(dropped, self.directions))
+
+    def tx_bytes(self) -> dict[str, int]:
+        """The ``tx_bytes`` counter of every direction's sending router interface."""
+        def sent(d: Direction) -> int:
+            out = self.net.run(d.end.router, ["ip", "-s", "-j", "link", "show", "dev",
+                                              d.end.iface]).stdout
+            return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
+        return {f"{d.end.router.dc}->{d.end.peer}": n
+                for d, n in zip(self.directions, _each(sent, self.directions))}
 
     def stop(self) -> None:
         """Stop anything the shaper runs (qdiscs and rules go with the namespaces)."""

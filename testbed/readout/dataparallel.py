@@ -1,0 +1,105 @@
+"""The data-parallel all-reduce in a row: its exposed and hidden time (from the traces) and the
+bytes each inter-DC link direction carried (from the interfaces' counters) beside the bytes
+the plan sends over it.
+
+- ``allreduce_exposed_s``: a rank's ALLREDUCE_WAIT (the all-reduce it waited for after its
+  last action); ``allreduce_hidden_s``: the rest of its all-reduces' time, from the first
+  stage's start (ALLREDUCE) to the end of its last step, that ran beside its pipeline work.
+  Mean over ranks, median over the measured iterations; the ``predicted_`` pair is the same
+  from the simulator's spans.
+- ``link_<name>_from_<dc>_bytes_per_iter_measured``: what the sending router's interface on
+  that link counted (``tx_bytes``: Ethernet frames, headers included) over the workers' run,
+  divided by the iterations run (warm-up included: every iteration sends the same; the
+  rendezvous, the connection warm-up, the per-iteration start sync and ACKs of the other
+  direction's bytes are in it too). ``…_planned``: the payload the plan sends that way per
+  iteration: pipeline messages and all-reduce chunks whose route takes that link direction.
+  A veth counts a GSO packet (up to 64 KB) with one set of headers, so headers add little;
+  ACKs for the other direction's bytes add about 2 % of them (measured: 2.1–2.2 % above
+  the plan in tests/train/test_dp_across_dcs.py, where both directions carry the same).
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from testbed.plan import CellPlan
+from testbed.schedule.ir import Kind
+from testbed.sim.collective import exposed_hidden
+from testbed.spec.costs import FLOAT32_BYTES
+
+def measured_allreduce(traces: dict[int, list[dict]], warmup: int) -> dict[str, Any]:
+    """``allreduce_exposed_s`` and ``allreduce_hidden_s`` from the traces (empty without
+    all-reduce records)."""
+    per_iter: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for recs in traces.values():
+        by_iter: dict[int, list] = defaultdict(list)
+        for r in recs:
+            if r.get("type") == "action" and r["kind"].startswith("ALLREDUCE") \
+                    and r["iter"] >= warmup:
+                by_iter[r["iter"]].append((r["kind"], r["t0"] / 1e9, r["t1"] / 1e9))
+        for it, spans in by_iter.items():
+            split = exposed_hidden(spans)
+            if split is not None:
+                per_iter[it].append(split)
+    if not per_iter:
+        return {}
+    exposed = [statistics.fmean(e for e, _ in v) for v in per_iter.values()]
+    hidden = [statistics.fmean(h for _, h in v) for v in per_iter.values()]
+    return {"allreduce_exposed_s": round(statistics.median(exposed), 6),
+            "allreduce_hidden_s": round(statistics.median(hidden), 6)}
+
+
+def planned_bytes(plan: CellPlan) -> dict[tuple[str, str], float]:
+    """Payload bytes per iteration the plan sends over each inter-DC link direction (from DC,
+    to DC): pipeline messages and all-reduce chunks along their routes."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    slot = {s.rank: s for s in plan.slots}
+    pp = plan.experiment.workload.parallel.pp
+
+    def send(src: int, dst: int, nbytes: int) -> None:
+        for hop in plan.paths.route(slot[src].dc, slot[dst].dc):
+            out[hop] += nbytes
+
+    inp = plan.sim_input() if plan.costs is not None else None
+    if inp is None:
+        return out
+    owner = inp.schedule.stage_to_rank
+    for s in plan.slots:
+        for a in inp.schedule.actions[s.pp_rank]:
+            if a.kind in (Kind.SEND_F, Kind.SEND_B):
+                peer = owner[a.stage + 1 if a.kind is Kind.SEND_F else a.stage - 1]
+                send(s.rank, s.dp_rank * pp + peer, inp.message_bytes)
+        for steps in inp.collectives.get(s.rank, {}).values():
+            for st in steps:
+                send(s.rank, st.send_to, st.numel * FLOAT32_BYTES)
+    return out
+
+
+def wire_columns(plan: CellPlan, before: dict | None, after: dict | None) -> dict[str, Any]:
+    """Measured (counter delta / iterations) and planned bytes per iteration of every
+    inter-DC link direction; only planned where the shaper reads no counters."""
+    iterations = plan.experiment.workload.iterations
+    planned = planned_bytes(plan)
+    out: dict[str, Any] = {}
+    for link in plan.links:
+        for src, dst in ((link.a, link.b), (link.b, link.a)):
+            p = f"link_{link.name}_from_{src}_bytes_per_iter_"
+            out[p + "planned"] = round(planned.get((src, dst), 0.0))
+            key = f"{src}->{dst}"
+            if before is not None and after is not None and key in before and key in after:
+                out[p + "measured"] = round((after[key] - before[key]) / iterations)
+    return out
+
+
+def dp_columns(plan: CellPlan, traces: dict[int, list[dict]], before: dict | None,
+               after: dict | None) -> dict[str, Any]:
+    """A row's data-parallel columns: the all-reduce's exposed and hidden time (measured and
+    predicted) and the bytes per inter-DC link direction; none when dp = 1."""
+    w = plan.experiment.workload
+    if w.parallel.dp == 1:
+        return {}
+    out = {k: plan.prediction.get(k) for k in ("predicted_allreduce_exposed_s",
+                                                "predicted_allreduce_hidden_s")}
+    out.update(measured_allreduce(traces, w.warmup))
+    return {**out, **wire_columns(plan, before, after)}
