@@ -84,8 +84,11 @@ case "${1:-quickstart}" in
     ;;
   test)
     shift || true
-    log "running the test suite"
-    exec .venv/bin/python -m pytest "$@"
+    # Four pytest-xdist workers: most tests wait on emulated compute and delays rather than
+    # the CPU; tests that measure time run alone (tests/conftest.py, docs/development.md).
+    # Later arguments win: `bash setup.sh test -n 0 tests/x.py` runs serially.
+    log "running the test suite on ${TESTBED_TEST_WORKERS:-4} workers"
+    exec .venv/bin/python -m pytest -n "${TESTBED_TEST_WORKERS:-4}" --dist loadgroup "$@"
     ;;
   *)
     echo "usage: bash setup.sh [test [pytest args…]]" >&2

@@ -221,8 +221,12 @@ def clean(include_live: bool = False, tag: str | None = None) -> CleanReport:
     """Remove tagged networks whose owner process is dead (or all, with ``include_live``).
 
     Also removes tagged namespaces no ledger mentions (a builder killed before it saved).
-    Never touches anything without a run tag."""
+    Never touches anything without a run tag. The namespaces are listed before the ledgers:
+    a builder saves its ledger before it makes a namespace, so every namespace of a network
+    being built meanwhile has its ledger in the listing (listed the other way round, a
+    network built by another run between the two listings looked unowned and was deleted)."""
     report = CleanReport()
+    namespaces = tagged_namespaces()
     ledgers = sorted(LEDGER_DIR.glob("tb*.json")) if LEDGER_DIR.is_dir() else []
     known: set[str] = set()
     for path in ledgers:
@@ -242,10 +246,10 @@ def clean(include_live: bool = False, tag: str | None = None) -> CleanReport:
             report.removed.append(led.tag)
         except NetworkError as e:
             report.failed.append(str(e))
-    for ns in tagged_namespaces():
+    for ns in namespaces:
         t = tag_of(ns)
-        if t in known or (tag and t != tag):
-            continue
+        if t in known or (tag and t != tag) or not (NETNS_DIR / ns).exists():
+            continue  # owned, not asked for, or torn down by its owner since the listing
         why = delete_namespace(ns)
         (report.failed if why else report.removed).append(why or ns)
     return report

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.root, pytest.mark.remote, pytest.mark.slow]
+# ansible is CPU-bound: beside other tests on 2 cores a playbook takes three times as long
+pytestmark = [pytest.mark.root, pytest.mark.remote, pytest.mark.slow, pytest.mark.timeout(900)]
 ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
 BIN = Path(sys.executable).parent
 REAL_TAGS = "pyenv"

@@ -38,6 +38,7 @@ def stop(procs: list[subprocess.Popen]) -> None:
         p.wait(timeout=30)
 
 
+@pytest.mark.alone  # it saturates every core on purpose: nothing else may run meanwhile
 def test_a_cell_run_on_a_saturated_box_is_marked_degraded(tmp_path):
     burners = spinners(SPINNERS_PER_CPU * (os.cpu_count() or 1))
     try:

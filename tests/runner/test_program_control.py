@@ -18,7 +18,8 @@ import pytest
 
 from testbed.process import stop_process
 
-pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow,
+# alone: a row within 3 % of its control run is measured time
+pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow, pytest.mark.alone,
               pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "examples" / "plain_pipeline.py"

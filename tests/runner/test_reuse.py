@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.net import ledger as ledgers
+from runtags import left_behind, logged_tags
 
 pytestmark = [pytest.mark.root, pytest.mark.torch]
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,9 +44,12 @@ def parents(run_dir: Path, cell_id: str) -> set[int]:
     return out
 
 
-def ours() -> list[str]:
-    return [n for n in ledgers.tagged_namespaces() if n.endswith(("-dca", "-dcb"))
-            or "-dca-" in n or "-dcb-" in n]
+def ours(results: Path) -> list[str]:
+    """What the run under ``results`` left, by its own tags (other tests' networks of the same
+    DC names may exist meanwhile)."""
+    tags = logged_tags(results)
+    assert tags, f"no network tag in the run.log under {results}"
+    return left_behind(tags)
 
 
 def test_cells_of_one_topology_share_the_network_interpreter_and_measurements(tmp_path):
@@ -61,7 +64,7 @@ def test_cells_of_one_topology_share_the_network_interpreter_and_measurements(tm
         assert abs(rtt - 2 * delay) < RTT_TOL_MS, (delay, rtt)  # the link really changed
     ppids = set().union(*(parents(d, c) for c in df["cell_id"]))
     assert len(ppids) == 1 and runner_pid not in ppids  # every rank forked by one zygote
-    assert not ours()
+    assert not ours(tmp_path)
 
 
 def test_cold_starts_every_cell_from_scratch(tmp_path):
@@ -72,4 +75,4 @@ def test_cold_starts_every_cell_from_scratch(tmp_path):
     assert list(df["links_measured_in"]) == [f"{c}/0" for c in df["cell_id"]]
     ppids = set().union(*(parents(d, c) for c in df["cell_id"]))
     assert ppids == {runner_pid}  # ranks are the runner's own children (through ip netns exec)
-    assert not ours()
+    assert not ours(tmp_path)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from runtags import left_behind, logged_tags, owned_tags
 from testbed.net import ledger as ledgers
 
 pytestmark = [pytest.mark.root, pytest.mark.torch]
@@ -27,10 +28,12 @@ COLUMNS = ["experiment", "run_id", "cell_id", "repeat", "status", "error",
 LINK = "link_dca-dcb_"
 
 
-def ours() -> list[str]:
-    """Tagged namespaces of the tiny experiment (DCs dca, dcb); other tagged networks may
-    exist meanwhile (e.g. other tests running at the same time on this machine)."""
-    return [n for n in ledgers.tagged_namespaces() if "-dca" in n or "-dcb" in n]
+def ours(results: Path) -> list[str]:
+    """What the run under ``results`` left (by its tags: other tests' networks of the same DC
+    names may exist meanwhile)."""
+    tags = logged_tags(results)
+    assert tags, f"no network tag in the run.log under {results}"
+    return left_behind(tags)
 
 
 def run(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
@@ -65,7 +68,7 @@ def test_sweep_writes_the_csv_contract_plots_and_traces(tmp_path):
     for cell in df["cell_id"]:
         assert (d / "cells" / cell / "trace.json").stat().st_size > 0
     assert {p.name for p in (d / "plots").iterdir()} >= {"bubble_vs_delay.png", "timeline.png"}
-    assert ours() == []
+    assert ours(tmp_path) == []
 
 
 def test_a_failing_worker_is_recorded_and_the_sweep_goes_on(tmp_path):
@@ -81,7 +84,7 @@ def test_a_failing_worker_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert df.loc[first, "status"] == "failed"
     assert "rank 1" in df.loc[first, "error"] and "injected fault" in df.loc[first, "error"]
     assert list(df.drop(index=first)["status"]) == ["ok", "ok"]
-    assert ours() == []
+    assert ours(tmp_path) == []
 
 
 def _rows(path: Path) -> int:
@@ -106,14 +109,16 @@ def test_sigkill_then_clean_then_resume_loses_and_duplicates_nothing(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        killed_tags = owned_tags(proc.pid)  # its network being built has no log line yet
     d = run_dir(tmp_path)
     before = pd.read_csv(d / "results.csv")
     assert 1 <= len(before) < 3
+    tags = killed_tags | logged_tags(d)
+    assert left_behind(tags), "the killed run left nothing for clean to find"
     clean = subprocess.run([sys.executable, "-m", "testbed", "clean"], cwd=ROOT,
                            capture_output=True, text=True)
     assert clean.returncode == 0
-    assert ours() == []
-    assert not [p for p in ledgers.LEDGER_DIR.glob("tb*.json") if "-dca" in p.read_text()]
+    assert left_behind(tags) == []
     res = run(str(TINY), "--resume", str(d))
     assert res.returncode == 0, res.stdout + res.stderr
     after = pd.read_csv(d / "results.csv")

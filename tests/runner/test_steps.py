@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-pytestmark = [pytest.mark.root, pytest.mark.torch]
+# alone: the iterations' times per phase and their prediction are measured time
+pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.alone]
 ROOT = Path(__file__).resolve().parents[2]
 STEP = ROOT / "tests" / "runner" / "exps" / "step.yaml"
 LINK = "link_dcs-dct_"

@@ -26,7 +26,9 @@ from testbed.net import ledger as ledgers
 from testbed.report.report import build_report
 from testbed.runner.store import RunStore, atomic_write
 
-pytestmark = pytest.mark.root
+# its DCs (stoa, stob) are its own, and "nothing was built" is asked of those names: its
+# tests run one after another on one worker
+pytestmark = [pytest.mark.root, pytest.mark.xdist_group("stoa-stob")]
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "runner" / "exps" / "tiny.yaml"
 NOSPACE = os.strerror(errno.ENOSPC)  # "No space left on device"

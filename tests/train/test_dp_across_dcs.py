@@ -18,7 +18,8 @@ from testbed.readout.traces import load_traces
 from testbed.spec.allreduce import rank_steps
 from testbed.spec.costs import FLOAT32_BYTES
 
-pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow]
+# alone: measured against predicted is measured time
+pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow, pytest.mark.alone]
 ROOT = Path(__file__).resolve().parents[2]
 # predicted / measured iteration time on a busy 2-core machine (as test_emulated_dp.py)
 RATIO_BAND = (0.75, 1.1)

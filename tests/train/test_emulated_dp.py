@@ -13,7 +13,8 @@ import pytest
 
 from testbed.readout.traces import load_traces
 
-pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow]
+# alone: measured against predicted is measured time
+pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow, pytest.mark.alone]
 ROOT = Path(__file__).resolve().parents[2]
 # predicted / measured iteration time: the band the runner tests use for a busy 2-core
 # machine (the measurement is slower when other work competes for the cores). Here the

@@ -75,6 +75,7 @@ def test_nothing_is_filled_before_a_gap_has_been_measured():
     f.close()
 
 
+@pytest.mark.alone  # the gap it re-measures is a timed sleep
 def test_filling_stops_when_the_transfer_arrives_and_the_gap_is_remeasured():
     f = filler()
     f.gaps.observe(POINT, 0.200)  # predicted long, but the data comes after 40 ms
@@ -165,6 +166,7 @@ SLOWDOWN_TOLERANCE = 0.03
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # "without slowing training" is measured time
 def test_filling_raises_utilization_without_slowing_training_or_overlapping_it(tmp_path):
     base = dict(model=ModelSpec(layers=4, hidden=32, heads=2, seq_len=16, vocab=64),
                 parallel=Parallel(pp=4), schedule="1f1b", microbatches=8, iterations=4,
