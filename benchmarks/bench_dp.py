@@ -111,6 +111,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("experiments", nargs="*", type=Path)
     ap.add_argument("--small", action="store_true", help="one 4-rank cell per algorithm")
+    ap.add_argument("--results", type=Path, metavar="DIR",
+                    help="keep each experiment's run directory under DIR (default: a temporary "
+                         "directory, removed)")
     add_save(ap)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp, saved("bench_dp", args.save) as out:
@@ -121,7 +124,7 @@ def main() -> int:
             exps = args.experiments or [ROOT / "experiments" / f"{n}.yaml" for n in EXPERIMENTS]
         rows = []
         for i, exp in enumerate(exps):
-            rows += check(run(exp, Path(tmp) / f"r{i}"))
+            rows += check(run(exp, (args.results or Path(tmp) / f"r{i}") / exp.stem))
         cols = ["cell", "what", "configured", "measured", "gap_pct", "verdict"]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:

@@ -58,8 +58,9 @@ def wait_for(cond, timeout_s: float = 60.0) -> bool:
 
 
 @pytest.fixture(scope="module")
-def net():
-    with emulated_network(two_dc(delay_ms=1), workdir=Path("/tmp")) as (n, _):
+def net(tmp_path_factory):
+    # a directory of its own: the delay lines' config and stats files are named by DC
+    with emulated_network(two_dc(delay_ms=1), workdir=tmp_path_factory.mktemp("net")) as (n, _):
         yield n
 
 

@@ -202,6 +202,7 @@ for i in range(int(sys.argv[2])):
 """
 
 
+@pytest.mark.alone  # the delays of real packets are measured time
 def test_jitter_on_real_packets_spreads_delays_but_never_reorders(tmp_path):
     """500 datagrams 0.2 ms apart through 10 ms ± 4 ms of jitter arrive in order, and the
     echo RTTs of sparse pings spread as the jitter says (both directions jittered)."""

@@ -65,13 +65,24 @@ def test_matrix_cell_problem_points_at_the_matrix_line(tmp_path):
     assert "3 stages do not divide 8 layers" in p.message
 
 
-YAMLS = sorted((ROOT / "experiments").glob("*.yaml"))
+# optical-*.yaml are `optical sweep` files (docs/optical.md), the rest `run` files
+YAMLS = sorted(p for p in (ROOT / "experiments").glob("*.yaml")
+               if not p.name.startswith("optical-"))
+OPTICAL = sorted((ROOT / "experiments").glob("optical-*.yaml"))
 TOPOLOGIES = sorted((ROOT / "topologies").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", YAMLS, ids=[p.stem for p in YAMLS])
 def test_every_shipped_experiment_validates(path):
     assert load_experiment(path).cells
+
+
+@pytest.mark.parametrize("path", OPTICAL, ids=[p.stem for p in OPTICAL])
+def test_every_shipped_optical_experiment_validates(path):
+    from testbed.optical.load import load_optical
+    from testbed.optical.sweep import cells
+
+    assert cells(load_optical(path))
 
 
 @pytest.mark.parametrize("path", TOPOLOGIES, ids=[p.stem for p in TOPOLOGIES])
