@@ -152,7 +152,7 @@ def pytest_collection_modifyitems(config, items):
     if not netem or os.environ.get(umlkernel.GUEST_ENV) or kernel_has_netem():
         return
     state = config.stash.setdefault(_UML, _UmlSession())
-    state.nodeids = [items[i].nodeid for i in netem]
+    state.nodeids = [items[i].stash[_NODEID] for i in netem]  # without an xdist group suffix
     timeout = umlkernel.boot_timeout(len(netem)) + HOST_TIMEOUT_MARGIN_S
     for i in netem:
         items[i] = _to_uml(items[i], timeout)
