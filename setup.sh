@@ -84,11 +84,16 @@ case "${1:-quickstart}" in
     ;;
   test)
     shift || true
-    # Four pytest-xdist workers: most tests wait on emulated compute and delays rather than
-    # the CPU; tests that measure time run alone (tests/conftest.py, docs/development.md).
-    # Later arguments win: `bash setup.sh test -n 0 tests/x.py` runs serially.
-    log "running the test suite on ${TESTBED_TEST_WORKERS:-4} workers"
-    exec .venv/bin/python -m pytest -n "${TESTBED_TEST_WORKERS:-4}" --dist loadgroup "$@"
+    # One process by default. TESTBED_TEST_WORKERS=4 runs pytest-xdist workers side by side
+    # (tests that measure time run alone: tests/conftest.py, docs/development.md); on this
+    # 2-core machine that took 20.5 min against 24-26 serially, and some timing tests still
+    # failed beside the others, so it is not the default yet.
+    workers=${TESTBED_TEST_WORKERS:-0}
+    log "running the test suite$([ "$workers" != 0 ] && echo " on $workers workers")"
+    if [ "$workers" != 0 ]; then
+      exec .venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"
+    fi
+    exec .venv/bin/python -m pytest "$@"
     ;;
   *)
     echo "usage: bash setup.sh [test [pytest args…]]" >&2
