@@ -6,7 +6,6 @@ ledger names its runner as owner (a runner killed while building never logged th
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -26,11 +25,11 @@ def owned_tags(pid: int) -> set[str]:
     out = set()
     for path in ledgers.LEDGER_DIR.glob("tb*.json") if ledgers.LEDGER_DIR.is_dir() else []:
         try:
-            led = json.loads(path.read_text())
-        except (OSError, ValueError):
+            led = ledgers.Ledger.load(path)
+        except (OSError, ValueError, TypeError):
             continue
-        if led.get("owner_pid") == pid:
-            out.add(led["tag"])
+        if led.owner_pid == pid:
+            out.add(led.tag)
     return out
 
 
