@@ -24,7 +24,9 @@ class RankJob:
     ``group_rank``/``group_world_size`` are the rank's host among the cell's hosts (torchrun's
     node rank and node count); ``machine_ranks`` is how many of the cell's ranks share the
     machine this rank runs on (the emulated hosts of one box share its cores), which decides
-    OMP_NUM_THREADS as torchrun's ``--nproc_per_node`` does; ``run_id`` names the cell."""
+    OMP_NUM_THREADS as torchrun's ``--nproc_per_node`` does; ``run_id`` names the cell.
+    ``host_id`` is the emulated host's identity for NCCL (``nccl_env``); ``rdma_allowed``
+    lets NCCL use InfiniBand/RoCE (``workload.unshaped_rdma`` on a host that has it)."""
 
     rank: int
     world_size: int
@@ -39,6 +41,8 @@ class RankJob:
     group_world_size: int = 1
     machine_ranks: int = 1
     run_id: str = "none"
+    host_id: str = ""
+    rdma_allowed: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ def torchrun_env(job: RankJob) -> tuple[dict[str, str], dict[str, str]]:
     sets it for ``--nproc_per_node`` > 1, and emulated hosts on one box share its cores.
     TORCHELASTIC_USE_AGENT_STORE is False: no torchrun agent hosts the store, rank 0 does
     (``init_process_group`` starts it, as under torchrun's static rendezvous)."""
-    defaults = dict(TORCHRUN_DEFAULTS)
+    defaults = {**TORCHRUN_DEFAULTS, **NCCL_LOG_DEFAULTS}
     if job.machine_ranks > 1:
         defaults["OMP_NUM_THREADS"] = "1"
     identity = {
@@ -91,8 +95,31 @@ def worker_env(job: RankJob) -> dict[str, str]:
     return {**defaults, **identity, **_testbed_env(job)}
 
 
+# NCCL's own log at INFO, with the lines that name each connection's transport (INIT) and
+# the network it chose (NET): the row reads them (testbed.readout.nccl); a user's value wins
+NCCL_LOG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+
+
+def nccl_env(job: RankJob) -> dict[str, str]:
+    """What NCCL is told on one rank, whatever the program.
+
+    NCCL takes ranks with the same host hash for one node and moves their data over P2P,
+    NVLink or shared memory; the hash is the hostname and boot id, which a network namespace
+    changes neither of. ``NCCL_HOSTID`` (the emulated host's identity) replaces it, so ranks
+    of one emulated host keep P2P and SHM while ranks of different ones are separate nodes,
+    joined by the socket transport on ``NCCL_SOCKET_IFNAME``, the emulated interface.
+    ``NCCL_IB_DISABLE=1`` keeps NCCL off InfiniBand/RoCE, whose traffic bypasses tc (RDMA
+    devices are shared by every namespace), unless the rank may use it (``rdma_allowed``)."""
+    env = {"NCCL_SOCKET_IFNAME": job.iface}
+    if job.host_id:
+        env["NCCL_HOSTID"] = job.host_id
+    if not job.rdma_allowed:
+        env["NCCL_IB_DISABLE"] = "1"
+    return env
+
+
 def _testbed_env(job: RankJob) -> dict[str, str]:
-    env = {"GLOO_SOCKET_IFNAME": job.iface, "NCCL_SOCKET_IFNAME": job.iface,
+    env = {"GLOO_SOCKET_IFNAME": job.iface, **nccl_env(job),
            "TESTBED_TIMEOUT_S": str(int(job.timeout_s))}
     if job.cuda_device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(job.cuda_device)

@@ -76,7 +76,8 @@ def rank_job(net: Network, slot: Slot, slots: list[Slot], timeout_s: float,
                    cuda_device(node.name, slot.local_rank, local[slot.host],
                                net.gpu_count(node)),
                    group_rank=list(local).index(slot.host), group_world_size=len(local),
-                   machine_ranks=machine, run_id=run_id)
+                   machine_ranks=machine, run_id=run_id,
+                   host_id=f"{run_id}-{node.name}")
 
 
 def _poolable(net: Network, node: Node, plan: CellPlan, here: CellDir, there: CellDir) -> bool:

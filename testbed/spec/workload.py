@@ -184,6 +184,15 @@ class Workload(Strict):
                                          "activation/gradient is split over this many, as Atlas "
                                          "does on window-limited high-RTT links")
     compute: Compute = Field(default_factory=lambda: Compute(forward_ms=20, backward_ms=40))
+    dist_backend: Literal["auto", "nccl", "gloo"] = Field(
+        "auto", description="the built-in worker's process-group backend: auto is nccl where "
+                            "the rank has a GPU (CUDA), else gloo; with nccl the tensors live "
+                            "on the rank's GPU and cross between emulated hosts over NCCL's "
+                            "socket transport (docs/howto/gpus.md)")
+    unshaped_rdma: bool = Field(
+        False, description="let NCCL use InfiniBand or RoCE on lab hosts whose interface "
+                           "towards the other DCs has it; that traffic bypasses tc, so the "
+                           "row is marked unshaped (default: such hosts are refused)")
     wan_sharing: Literal["fair", "temporal"] = Field(
         "fair", description="how the pipelines of several replicas share an inter-DC link "
                             "direction they all cross: fair (all start together, their "
@@ -248,6 +257,8 @@ class Workload(Strict):
                              "executor sends each tensor on one connection)")
         if self.program is not None and self.filler is not None:
             raise ValueError("filler runs inside the built-in worker: remove it or program")
+        if self.dist_backend == "nccl":
+            _check_nccl(self)
         if self.filler is not None and self.executor != "ir":
             raise ValueError("filler needs executor: ir (the torch executor's waits are inside "
                              "torch.distributed.pipelining, out of the filler's reach): set "
@@ -260,3 +271,13 @@ class Workload(Strict):
         if self.filler is None:
             return None
         return self.filler.mode or self.compute.mode
+
+
+def _check_nccl(w: Workload) -> None:
+    """What the built-in worker does not yet run over NCCL (docs/howto/gpus.md)."""
+    unsupported = [(w.executor != "ir", "executor: torch"), (w.filler is not None, "filler"),
+                   (w.parallel.dp > 1, "dp > 1"), (w.connections > 1, "connections > 1")]
+    named = [what for bad, what in unsupported if bad]
+    if named and w.program is None:
+        raise ValueError(f"dist_backend: nccl does not run with {', '.join(named)} yet: use "
+                         "dist_backend: gloo (or auto on hosts without GPUs)")
