@@ -53,9 +53,12 @@ def run_local(w: Workload, out: Path, timeout_s: float = 300, extra: list[str] =
     procs: dict[int, subprocess.Popen] = {}
     try:
         for rank in range(w.world_size):
-            # every rank on this one host: local rank = rank (as the cell file's placement)
+            # every rank on this one host: local rank = rank (as the cell file's placement);
+            # NCCL sees each rank as a node of its own (host_id), joined over loopback's
+            # sockets: ranks sharing one GPU work, and no P2P/SHM path is used that the
+            # emulated network would not have
             job = RankJob(rank, w.world_size, LOOPBACK, port, "lo", timeout_s, rank,
-                          w.world_size)
+                          w.world_size, host_id=f"loopback-{rank}")
             procs[rank] = start_logged(worker_argv(sys.executable, cell, Path(out), tuple(extra)),
                                        worker_env(job), Path(d.worker_log(rank)))
     except BaseException:

@@ -23,6 +23,7 @@ from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, Command, RankJob
 from testbed.launch.pool import RankPool
 from testbed.net.network import Network, Node
 from testbed.plan import CellPlan
+from testbed.spec.workload import shared_gpu_problem
 from testbed.process import ProcessHandle, stop_process
 from testbed.topology import Slot, local_world_sizes
 
@@ -38,6 +39,7 @@ def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitSt
     process handle; raises WorkerError (before any rank starts) when a host has fewer GPUs
     than ranks."""
     slots = plan.slots
+    _check_gpus_for_nccl(net, plan)
     jobs = {s.rank: rank_job(net, s, slots, plan.experiment.timeout_s,
                              plan.cell.cell_id) for s in slots}
     copied: set[Node] = set()
@@ -60,21 +62,46 @@ def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitSt
     return procs
 
 
+def _check_gpus_for_nccl(net: Network, plan: CellPlan) -> None:
+    """The built-in worker with ``dist_backend: nccl`` needs a GPU on every host, and with
+    real compute one GPU per rank of this machine (``shared_gpu_problem``): raises
+    WorkerError before any rank starts."""
+    w = plan.experiment.workload
+    if w.program is not None or w.dist_backend != "nccl":
+        return
+    here = 0
+    for slot in plan.slots:
+        node = net.host(*slot.host)
+        if net.gpu_count(node) == 0:
+            raise WorkerError(f"dist_backend: nccl but host {node.name} has no GPU (no "
+                              "/dev/nvidia<N>): use dist_backend: auto or gloo")
+        here += net.netns_file(node) is not None
+    gpus = net.gpu_count(net.host(*plan.slots[0].host))
+    if w.compute.mode == "real" and here > gpus:
+        raise WorkerError(shared_gpu_problem(here, gpus))
+
+
 def rank_job(net: Network, slot: Slot, slots: list[Slot], timeout_s: float,
              run_id: str = "none") -> RankJob:
     """What ``slot``'s rank is told: rank 0's host is the master; LOCAL_RANK and
     LOCAL_WORLD_SIZE from the ranks sharing its host, GROUP_RANK from its host's place among
     the cell's hosts; how many ranks share its machine (every host with a namespace here
-    shares this one); its GPU where the host has GPUs (``Network.gpu_count``). Raises
-    WorkerError when a host has fewer GPUs than ranks."""
+    shares this one); its GPU where the host has GPUs (``Network.gpu_count``: on a lab host its
+    local rank, on this machine its place among this machine's ranks). Raises WorkerError when
+    a host has fewer GPUs than ranks."""
     node, master = net.host(*slot.host), net.host(*slots[0].host)
     local = local_world_sizes(slots)
     here = [s for s in slots if net.netns_file(net.host(*s.host)) is not None]
-    machine = len(here) if net.netns_file(node) is not None else local[slot.host]
+    on_this_machine = net.netns_file(node) is not None
+    machine = len(here) if on_this_machine else local[slot.host]
+    gpus = net.gpu_count(node)
+    gpu = cuda_device(node.name, slot.local_rank, local[slot.host], gpus)
+    if gpu is not None and on_this_machine:
+        # emulated hosts of one box share its GPUs: the ranks of this machine take them in
+        # rank order (one each while they last, then round again: ranks share a GPU)
+        gpu = here.index(slot) % gpus
     return RankJob(slot.rank, len(slots), str(master.ip), MASTER_PORT, node.iface, timeout_s,
-                   slot.local_rank, local[slot.host],
-                   cuda_device(node.name, slot.local_rank, local[slot.host],
-                               net.gpu_count(node)),
+                   slot.local_rank, local[slot.host], gpu,
                    group_rank=list(local).index(slot.host), group_world_size=len(local),
                    machine_ranks=machine, run_id=run_id,
                    host_id=f"{run_id}-{node.name}")

@@ -52,7 +52,12 @@ FIDELITY = ["fidelity", "fidelity_unchecked", "compute_overshoot_p50_ms",
 # loopback, what the emulated network added to them, its compute stretch, or why it failed
 CONTROL = ["control_iteration_time_s", "control_bubble_ratio", "network_added_s",
            "network_added_bubble", "compute_vs_control_pct", "control_error"]
-BODY = SETTINGS + MEASURED + PREDICTED + DATA_PARALLEL + FILLER + CONTROL + BOOKKEEPING + FIDELITY
+# NCCL (testbed.readout.nccl): the worker's backend, the transports NCCL connected over, any
+# that bypassed the emulated links, and one activation's read-back across the DC boundary
+NCCL = ["dist_backend", "nccl_transports", "nccl_bypass", "activation_readback_s",
+        "activation_readback_expected_s", "activation_readback_error_pct"]
+BODY = (SETTINGS + MEASURED + PREDICTED + DATA_PARALLEL + FILLER + CONTROL + NCCL + BOOKKEEPING
+        + FIDELITY)
 LINK_PREFIX = "link_"
 STATUSES = ("ok", "failed", "skipped")
 

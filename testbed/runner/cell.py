@@ -33,6 +33,7 @@ from testbed.net.shaping.interface import Shaper
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
 from testbed.plan.grid import grid_text
+from testbed.readout.nccl import nccl_columns
 from testbed.readout import columns
 from testbed.readout.control import control_columns
 from testbed.readout.dataparallel import dp_columns
@@ -191,6 +192,7 @@ class CellRunner:
             row.update(dp_columns(plan, load_traces(Path(cell_dir.root)), sent_before,
                                   sent_after))
         row.update(control_columns(plan, self.controls, row, Path(cell_dir.root)))
+        row.update(nccl_columns(plan, Path(cell_dir.root)))
         row.update(assess(Path(cell_dir.root), plan, row, cpu, self.backend.hosts_here))
         with writing(cell_dir.perfetto):
             export(Path(cell_dir.root))

@@ -281,3 +281,11 @@ def _check_nccl(w: Workload) -> None:
     if named and w.program is None:
         raise ValueError(f"dist_backend: nccl does not run with {', '.join(named)} yet: use "
                          "dist_backend: gloo (or auto on hosts without GPUs)")
+
+
+def shared_gpu_problem(ranks: int, gpus: int) -> str:
+    """Why real compute over NCCL is refused when ``ranks`` processes share ``gpus`` GPUs."""
+    return (f"compute.mode: real over NCCL with {ranks} ranks sharing {gpus} GPU(s): the "
+            "stages' kernels and NCCL's waiting kernels of several processes on one GPU hung "
+            "in the first iteration (seen on an H200); give each rank its own GPU, or use "
+            "emulated compute, which runs over NCCL on a shared GPU")

@@ -32,6 +32,7 @@ from testbed.train import model as M
 from testbed.train.filler import NoFiller
 from testbed.train.rank import RankContext, modelled_ns, modelled_s, ns
 from testbed.topology import Slot
+from testbed.train import nccl
 from testbed.train.dataparallel import DataParallel
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transfer, Transport
@@ -61,12 +62,16 @@ class Executor(DataParallel):
     def __init__(self, ctx: RankContext, w: Workload, tracer: Tracer,
                  dp_group: Any | None = None, transport: Transport | None = None,
                  filler: Any | None = None, placement: list[Slot] | None = None,
-                 dp_transport: Transport | None = None):
+                 dp_transport: Transport | None = None, device: torch.device | None = None):
         self.ctx, self.w, self.tr = ctx, w, tracer
+        # the rank's GPU with dist_backend nccl (transport: testbed.train.nccl), else the CPU
+        self.device = device or torch.device("cpu")
+        self.on_gpu = self.device.type == "cuda"
         # every wait goes through it: testbed.train.filler.Filler fills the gap with prefill
         self.filler = filler or NoFiller()
         # P2P sends/receives, split over workload.connections TCP connections (transport.py)
         self.transport = transport or Transport()
+        self.ordered = isinstance(self.transport, nccl.NcclTransport)
         self.real = w.compute.mode == "real"
         self.n_stages = ctx.schedule.n_stages
         self.m = w.microbatches
@@ -80,9 +85,10 @@ class Executor(DataParallel):
             self._init_real()
         else:
             self.times = {s: ComputeTimes.from_workload(w, s, self.n_stages) for s in self.stages}
-            self.act = torch.empty(self.shape)  # sent, never read: no page of it is written
+            # sent, never read: no page of it is written
+            self.act = torch.empty(self.shape, device=self.device)
             # every receive lands here, once allocated: emulated compute reads none of them
-            self.recv_buf = torch.empty(self.shape)
+            self.recv_buf = torch.empty(self.shape, device=self.device)
         # the DP all-reduce (ring.py) with the workload's algorithm over the placement: real
         # gradients, or (emulated) their true size × bytes_scale in chunk-sized buffers
         self.ring = self._gradient_ring(placement, dp_group, dp_transport) if ctx.dp > 1 \
@@ -96,13 +102,14 @@ class Executor(DataParallel):
 
     def _init_real(self) -> None:
         spec, n = self.w.model, self.n_stages
-        self.modules = {s: M.build_stage(spec, s, n, self.w.seed) for s in self.stages}
+        self.modules = {s: M.build_stage(spec, s, n, self.w.seed).to(self.device)
+                        for s in self.stages}
         params = [p for mod in self.modules.values() for p in mod.parameters()]
         self.params = params
         self.opt = torch.optim.Adam(params, lr=self.w.lr)
         gen = torch.Generator().manual_seed(self.w.seed)
         shape = (self.m, self.w.microbatch_size, spec.seq_len + 1)
-        self.data = torch.randint(0, spec.vocab, shape, generator=gen)  # the same every step
+        self.data = torch.randint(0, spec.vocab, shape, generator=gen).to(self.device)
 
     # ------------------------------------------------------------------ one iteration
     def iteration(self, it: int) -> float | None:
@@ -128,6 +135,10 @@ class Executor(DataParallel):
         would otherwise pay boundary after boundary. Nothing is measured here."""
         peers = sorted({self.ctx.global_rank(n) for s in self.stages for n in (s - 1, s + 1)
                         if 0 <= n < self.n_stages} - {self.ctx.rank})
+        if self.ordered:  # NCCL: communicators open pair by pair, in one global order
+            nccl.warm_up(self.transport, peers, lambda: torch.empty(self.shape,
+                                                                    device=self.device))
+            return
         payload = torch.empty(self.shape)
         pending = []
         for peer in peers:
@@ -145,7 +156,7 @@ class Executor(DataParallel):
                 peer, tag = self.ctx.global_rank(a.stage + 1), self._tag_b(a.stage, a.microbatch)
             else:
                 continue
-            buf = torch.empty(self.shape) if self.real else self.recv_buf
+            buf = torch.empty(self.shape, device=self.device) if self.real else self.recv_buf
             out[(a.kind, a.stage, a.microbatch)] = (self.transport.irecv(buf, peer, tag), buf,
                                                     peer)
         return out
@@ -180,6 +191,8 @@ class Executor(DataParallel):
         else:
             t0 = ns()
             (self._real if self.real else self._emulated)(a, st)
+            if self.real and self.on_gpu:  # the stamp when the GPU is done, not queued
+                torch.cuda.current_stream().synchronize()
             t1 = ns()
             self.tr.action(it, a.kind.value, a.stage, a.microbatch, t0, t1, "compute",
                            model_ns=None if self.real else modelled_ns(self.times[a.stage],

@@ -28,6 +28,8 @@ from testbed.cell.cellfile import CellFile, CellFileError
 from testbed.schedule.generators import generate
 from testbed.schedule.lower import lower
 from testbed.schedule.registry import CROSS_DC_SCHEDULES
+from testbed.spec.workload import shared_gpu_problem
+from testbed.train import nccl
 from testbed.train.executor import Executor
 from testbed.train.rank import RankContext
 from testbed.train.filler import TAIL, Filler, NoFiller
@@ -111,12 +113,19 @@ def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False,
         slot = cell.slot_of(rank)
     except CellFileError as e:
         raise WorkerFailure(str(e)) from None
-    _join(rank, world)
+    try:
+        backend = nccl.resolve_backend(w.dist_backend)
+    except RuntimeError as e:
+        raise WorkerFailure(str(e)) from None
+    _join(rank, world, backend)
     times = {"started": started_ns, "joined": time.monotonic_ns()}
     filler = NoFiller()
     try:
-        ex, filler = _executor(cell, slot, world, tracer, {**times, **_local(env)})
+        ex, filler = _executor(cell, slot, world, tracer, {**times, **_local(env)}, backend)
         ex.warm_up_connections()
+        if getattr(ex, "ordered", False):
+            pairs = nccl.boundary_pairs(cell.placement, ex.ctx)
+            nccl.read_back(ex.transport, pairs, ex.shape, ex.device, tracer)
         _iterate(ex, filler, w, tracer, _injected_fault(rank, cell.cell_id), alternate,
                  cell.start_offsets_s.get(rank, 0.0))
     except BaseException as e:
@@ -129,14 +138,13 @@ def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False,
         dist.destroy_process_group()
 
 
-def _join(rank: int, world: int) -> None:
+def _join(rank: int, world: int, backend: str) -> None:
     """Join the process group over the environment's MASTER_ADDR/PORT."""
     torch.set_num_threads(1)  # ranks share a few cores; threads would only fight
     timeout = float(os.environ.get("TESTBED_TIMEOUT_S", DEFAULT_TIMEOUT_S))
-    # gloo carries CPU tensors; with CUDA present NCCL is registered for CUDA tensors too
-    # (this project's tensors stay on the CPU: GPU placement is not built, see docs/howto/gpus.md)
-    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world,
+    # gloo carries CPU tensors; with CUDA present NCCL is registered for CUDA tensors too,
+    # which the executor places on the GPU with dist_backend nccl (testbed.train.nccl)
+    dist.init_process_group(nccl.init_method_backend(backend), rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))
 
 
@@ -148,7 +156,7 @@ def _local(env: dict[str, str]) -> dict:
             "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
 
 
-def _executor(cell: CellFile, slot, world: int, tracer, info: dict):
+def _executor(cell: CellFile, slot, world: int, tracer, info: dict, backend: str = "gloo"):
     """(executor, filler) of this rank, after recording the trace's meta record (``info``:
     when the worker started and joined, monotonic ns, and its place on its host, see
     ``_local``)."""
@@ -161,9 +169,20 @@ def _executor(cell: CellFile, slot, world: int, tracer, info: dict):
     dp_groups = [dist.new_group(replicas, use_local_synchronization=True)
                  for _ in range(w.connections)] if dp > 1 else [None]
     dp_group = dp_groups[0]
-    # P2P transfers split over workload.connections TCP connections (one group each)
-    transport = Transport(connection_groups(w.connections))
     schedule = lower(_schedule(cell, w))
+    device = nccl.rank_device(backend, info.get("local_rank", 0))
+    sharing = info.get("local_world_size", 1)
+    if device.type == "cuda" and w.compute.mode == "real" and torch.cuda.device_count() < sharing:
+        raise WorkerFailure(shared_gpu_problem(sharing, torch.cuda.device_count()))
+    if backend == "nccl" or os.environ.get("TESTBED_ORDERED_TRANSPORT") == "1":
+        problems = nccl.order_problems(schedule, pp)
+        if problems:
+            raise WorkerFailure(f"{w.schedule} sends in another order than it receives, which "
+                                f"NCCL cannot match ({problems[0]}): use dist_backend: gloo")
+        # TESTBED_ORDERED_TRANSPORT=1 with gloo: this transport on CPU tensors (tests)
+        transport = nccl.NcclTransport()
+    else:  # P2P transfers split over workload.connections TCP connections (one group each)
+        transport = Transport(connection_groups(w.connections))
     ctx = RankContext(slot.rank, slot.pp_rank, slot.dp_rank, pp, dp, schedule)
     tracer.record(type="meta", rank=slot.rank, world_size=world, pp_rank=ctx.pp_rank,
                   dp_rank=ctx.dp_rank, stages=schedule.stages_of(ctx.pp_rank),
@@ -172,14 +191,15 @@ def _executor(cell: CellFile, slot, world: int, tracer, info: dict):
                   connections=w.connections, filler_mode=w.filler_mode,
                   seq_len=w.model.seq_len, host=socket.gethostname(), pid=os.getpid(),
                   ppid=os.getppid(), **info,
-                  torch_version=torch.__version__, clock="monotonic")
+                  torch_version=torch.__version__, clock="monotonic",
+                  dist_backend=backend, device=str(device))
     if w.executor == "torch":
         pipes = pipeline_groups(pp, dp)
         return TorchExecutor(ctx, w, tracer, dp_group, pipes[ctx.dp_rank],
                              placement=cell.placement), NoFiller()
     filler = _make_filler(w, tracer)
     return Executor(ctx, w, tracer, dp_group, transport, filler, cell.placement,
-                    Transport(dp_groups)), filler
+                    Transport(dp_groups), device), filler
 
 
 def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool,

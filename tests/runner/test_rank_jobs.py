@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 import pytest
 
 from testbed.errors import WorkerError
-from testbed.launch.command import worker_env
+from testbed.launch.command import program_env, worker_env
 from testbed.net.ledger import Ledger
 from testbed.net.network import GPU_DEVICES, Network, Node, local_gpu_count
 from testbed.plan.placement import in_order
@@ -98,3 +98,69 @@ def test_a_programs_own_env_wins_over_torchruns_defaults_but_not_its_identity():
     assert env["OMP_NUM_THREADS"] == "4" and env["RANK"] == "1"
     assert env["TORCHELASTIC_ERROR_FILE"] == "/c/error-rank1.json"
     assert env["TORCHELASTIC_RUN_ID"] == "c0ffee"
+
+
+# ---------------------------------------------------------------- NCCL (issue: GPUs and NCCL)
+
+def test_nccl_sees_one_node_per_emulated_host():
+    # NCCL's host hash is the hostname and boot id, which namespaces share: without
+    # NCCL_HOSTID every rank of this box would be one node and talk over P2P/SHM
+    envs = _envs(_net(gpus=2))
+    ids = [e["NCCL_HOSTID"] for e in envs]
+    assert ids[0] == ids[1] and ids[2] == ids[3] and ids[0] != ids[2], ids
+    assert all(e["NCCL_SOCKET_IFNAME"] == "eth0" and e["NCCL_IB_DISABLE"] == "1" for e in envs)
+    assert all(e["NCCL_DEBUG"] == "INFO" and "INIT" in e["NCCL_DEBUG_SUBSYS"] for e in envs)
+
+
+def test_host_ids_differ_between_cells_and_a_users_nccl_log_setting_wins(tmp_path):
+    slots = in_order(TOPO, pp=2, dp=1)
+    net = _net(gpus=1)
+    a = worker_env(rank_job(net, slots[0], slots, 60, "cella"))
+    b = worker_env(rank_job(net, slots[0], slots, 60, "cellb"))
+    assert a["NCCL_HOSTID"] != b["NCCL_HOSTID"]
+    job = rank_job(net, slots[0], slots, 60, "cella")
+    env = program_env(job, {"NCCL_DEBUG": "WARN", "NCCL_HOSTID": "mine"}, PurePosixPath("c"),
+                      PurePosixPath(tmp_path))
+    assert env["NCCL_DEBUG"] == "WARN"  # the program's own log level
+    assert env["NCCL_HOSTID"] == a["NCCL_HOSTID"]  # but never its host identity
+
+
+def test_nccl_backend_needs_a_gpu_on_every_host(tmp_path):
+    from testbed.launch.workers import _check_gpus_for_nccl
+    from testbed.plan import plan_cell
+    from testbed.spec import Experiment, Workload
+    from testbed.spec.matrix import Cell
+    exp = Experiment(name="n", topology=TOPO, workload=Workload(dist_backend="nccl",
+                                                                parallel={"pp": 2}))
+    plan = plan_cell(Cell(0, "c", {}, exp))
+    with pytest.raises(WorkerError, match="dist_backend: nccl but host dc1-0 has no GPU"):
+        _check_gpus_for_nccl(_net(gpus=0), plan)
+    _check_gpus_for_nccl(_net(gpus=1), plan)  # a GPU each: no complaint
+
+
+def test_real_compute_over_nccl_needs_a_gpu_per_rank_of_this_machine():
+    from testbed.launch.workers import _check_gpus_for_nccl
+    from testbed.plan import plan_cell
+    from testbed.spec import Compute, Experiment, Workload
+    from testbed.spec.matrix import Cell
+    w = Workload(dist_backend="nccl", parallel={"pp": 2}, compute=Compute(mode="real"))
+    plan = plan_cell(Cell(0, "c", {}, Experiment(name="n", topology=TOPO, workload=w)))
+    # both emulated hosts are namespaces of this machine: 2 ranks, 1 GPU
+    with pytest.raises(WorkerError, match="real over NCCL with 2 ranks sharing 1 GPU"):
+        _check_gpus_for_nccl(_net(gpus=1), plan)
+    _check_gpus_for_nccl(_net(gpus=2), plan)
+
+
+def test_emulated_hosts_of_one_box_take_its_gpus_in_rank_order():
+    # an 8-GPU box split into two DCs of 2 hosts × 2 ranks: every rank its own GPU
+    topo = Topology(name="t", dcs=[{"name": "dc1", "hosts": 2}, {"name": "dc2", "hosts": 2}])
+    net = FakeGpuNetwork(topology=topo, links=[], ledger=Ledger("tb000000"))
+    net.gpus = 8
+    for i, dc in enumerate(("dc1", "dc2"), start=1):
+        for h in range(2):
+            net.hosts[(dc, h)] = Node(f"{dc}-{h}", dc, f"ns-{dc}-{h}",
+                                      ipaddress.IPv4Address(f"10.{i}.{h}.2"), "eth0", 0)
+    slots = in_order(topo, pp=8, dp=1, ranks_per_host=2)
+    envs = [worker_env(rank_job(net, s, slots, 60)) for s in slots]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == [str(r) for r in range(8)]
+    assert [e["LOCAL_RANK"] for e in envs] == ["0", "1"] * 4

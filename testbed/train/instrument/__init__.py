@@ -1,7 +1,8 @@
 """Tracing a user's program from outside:
 ``python -m testbed.train.instrument --cell CELL --out DIR -- SCRIPT [ARGS…]`` (or ``-- -m
 MODULE [ARGS…]``) runs the program unmodified (``runpy``, as ``python SCRIPT`` would) after
-patching torch.distributed.pipelining (torch 2.13, pinned):
+patching torch.distributed.pipelining (torch 2.13, pinned). On CUDA every stamp is taken
+once the rank's current stream has finished what was queued (``stamp``):
 
 - every ``PipelineStage``'s ``forward_one_chunk`` / ``backward_one_chunk`` /
   ``backward_weight_one_chunk`` → ``compute`` records F, B or I, W (stage, microbatch);
@@ -47,6 +48,15 @@ PIPELINING = "torch.distributed.pipelining"
 _ACTIVE: "Instrument | None" = None
 
 
+def stamp() -> int:
+    """Now (monotonic ns), once this rank's GPU work so far is done: a program on CUDA queues
+    its kernels and transfers and returns at once, so each stamp first waits for the current
+    CUDA stream (a no-op for a program that never touched CUDA)."""
+    if torch.cuda.is_initialized():
+        torch.cuda.current_stream().synchronize()
+    return time.monotonic_ns()
+
+
 class Instrument:
     """One rank's trace of a program: created lazily at the first step or ``iteration()``."""
 
@@ -72,11 +82,11 @@ class Instrument:
 
     def action(self, kind: str, stage: int | None, mb: int | None, t0: int, cat: str) -> None:
         if self.depth:  # only inside a step: outside work is no part of an iteration
-            self._trace().action(self.it, kind, stage, mb, t0, time.monotonic_ns(), cat)
+            self._trace().action(self.it, kind, stage, mb, t0, stamp(), cat)
 
     def iteration_done(self, t0: int) -> None:
         """Record iteration ``self.it`` from ``t0`` to now and start the next."""
-        t1 = time.monotonic_ns()
+        t1 = stamp()
         tr = self._trace()
         tr.record(type="iter", iter=self.it, warmup=self.it < self.warmup, t0=t0, t1=t1,
                   loss=None)
@@ -90,7 +100,7 @@ class Instrument:
         step or between marks are recorded too; the readout uses them only without ``iter``
         records."""
         tr = self._trace()
-        tr.record(type="opt", t=time.monotonic_ns())
+        tr.record(type="opt", t=stamp())
         tr.flush()
 
     def end(self, status: str, error: str | None) -> None:
@@ -114,7 +124,7 @@ def iteration() -> None:
 
 def _timed(kind: Callable[[dict], str], method: Callable) -> Callable:
     def wrapper(stage, chunk_id, *args, **kwargs):
-        t0 = time.monotonic_ns()
+        t0 = stamp()
         out = method(stage, chunk_id, *args, **kwargs)
         if _ACTIVE is not None:
             _ACTIVE.stages.add(stage.stage_index)
@@ -134,7 +144,7 @@ def _step(method: Callable) -> Callable:
             stages = getattr(self, "_stages", None) or [getattr(self, "_stage", None)]
             ins.stages.update(st.stage_index for st in stages if st is not None)
         ins.depth += 1
-        t0 = time.monotonic_ns()
+        t0 = stamp()
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -146,7 +156,7 @@ def _step(method: Callable) -> Callable:
 
 def _wait(original: Callable) -> Callable:
     def wait(work):
-        t0 = time.monotonic_ns()
+        t0 = stamp()
         original(work)
         if _ACTIVE is not None:
             _ACTIVE.action("P2P_WAIT", None, None, t0, "wait")
