@@ -1,6 +1,8 @@
 """A connected lab: every host reached over SSH (host keys checked), its testbed and torch
 versions compared with the controller's, its clock offset and NTP state measured, and whether
-its kernel has netem. All per-host steps run in parallel; one error lists every failing host."""
+its kernel has netem, its GPUs and whether its interface towards the other DCs is InfiniBand
+or RoCE (``testbed.net.rdma``). All per-host steps run in parallel; one error lists every
+failing host."""
 from __future__ import annotations
 
 import json
