@@ -86,6 +86,14 @@ class CommandError(TestbedError):
         return f"command {self.argv!r}{loc} exited {self.returncode}" + (f": {tail}" if tail else "")
 
 
+class RefusedError(TestbedError):
+    """The experiment would run, but not as it claims to: something of it would escape the
+    emulation (NCCL over RDMA, which tc cannot shape). Refused before any rank starts, the
+    network torn down, unless the user opts in; the message says why and how (exit 2)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
 class WorkerError(TestbedError):
     """A training worker crashed, hung or could not reach its peers."""
 

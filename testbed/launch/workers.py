@@ -14,6 +14,7 @@ import logging
 import sys
 from contextlib import ExitStack
 from pathlib import Path, PurePath
+from typing import Collection
 
 from testbed.cell.celldir import CellDir
 from testbed.errors import WorkerError, writing
@@ -21,6 +22,7 @@ from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, Command, RankJob
                                     cuda_device, program_argv, program_env, program_files,
                                     remote_argv, worker_args, worker_argv, worker_env)
 from testbed.launch.pool import RankPool
+from testbed.launch.rdma import unshaped_rdma_hosts
 from testbed.net.network import Network, Node
 from testbed.plan import CellPlan
 from testbed.spec.workload import shared_gpu_problem
@@ -37,11 +39,13 @@ def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitSt
     is stopped when ``stack`` closes (also on failure). Built-in workers on hosts of this
     machine are forked from ``pool`` when given (see testbed.launch.pool). Returns rank →
     process handle; raises WorkerError (before any rank starts) when a host has fewer GPUs
-    than ranks."""
+    than ranks, RefusedError when NCCL could reach the other DCs over RDMA, which tc cannot
+    shape, and the experiment did not opt in (``testbed.launch.rdma``)."""
     slots = plan.slots
     _check_gpus_for_nccl(net, plan)
+    unshaped = unshaped_rdma_hosts(net, plan)
     jobs = {s.rank: rank_job(net, s, slots, plan.experiment.timeout_s,
-                             plan.cell.cell_id) for s in slots}
+                             plan.cell.cell_id, unshaped) for s in slots}
     copied: set[Node] = set()
     procs: dict[int, ProcessHandle] = {}
     for slot in slots:
@@ -82,13 +86,14 @@ def _check_gpus_for_nccl(net: Network, plan: CellPlan) -> None:
 
 
 def rank_job(net: Network, slot: Slot, slots: list[Slot], timeout_s: float,
-             run_id: str = "none") -> RankJob:
+             run_id: str = "none", rdma_hosts: Collection[str] = ()) -> RankJob:
     """What ``slot``'s rank is told: rank 0's host is the master; LOCAL_RANK and
     LOCAL_WORLD_SIZE from the ranks sharing its host, GROUP_RANK from its host's place among
     the cell's hosts; how many ranks share its machine (every host with a namespace here
     shares this one); its GPU where the host has GPUs (``Network.gpu_count``: on a lab host its
-    local rank, on this machine its place among this machine's ranks). Raises WorkerError when
-    a host has fewer GPUs than ranks."""
+    local rank, on this machine its place among this machine's ranks); whether NCCL may use
+    RDMA (its host is one of ``rdma_hosts``, those opted in: ``unshaped_rdma_hosts``). Raises
+    WorkerError when a host has fewer GPUs than ranks."""
     node, master = net.host(*slot.host), net.host(*slots[0].host)
     local = local_world_sizes(slots)
     here = [s for s in slots if net.netns_file(net.host(*s.host)) is not None]
@@ -104,7 +109,7 @@ def rank_job(net: Network, slot: Slot, slots: list[Slot], timeout_s: float,
                    slot.local_rank, local[slot.host], gpu,
                    group_rank=list(local).index(slot.host), group_world_size=len(local),
                    machine_ranks=machine, run_id=run_id,
-                   host_id=f"{run_id}-{node.name}")
+                   host_id=f"{run_id}-{node.name}", rdma_allowed=node.name in rdma_hosts)
 
 
 def _poolable(net: Network, node: Node, plan: CellPlan, here: CellDir, there: CellDir) -> bool:

@@ -113,6 +113,13 @@ class Network:
         its GPUs (lab hosts override this with what each host reported)."""
         return local_gpu_count()
 
+    def rdma_interface(self, node: Node) -> str | None:
+        """``node``'s interface towards the other DCs (``node.iface``, the one testbed shapes)
+        when it carries RDMA (InfiniBand or RoCE, see ``testbed.net.rdma``), whose traffic
+        bypasses tc; None otherwise. Namespaces reach each other over veth: None (lab hosts
+        override this with what each host reported)."""
+        return None
+
     def files_dir(self, node: Node, local_dir: Path) -> PurePath:
         """Where a process started in ``node`` finds the files of ``local_dir`` (a cell
         directory on this machine): the same directory here; lab hosts override it."""

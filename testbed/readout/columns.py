@@ -12,8 +12,10 @@ from testbed.topology import ResolvedLink
 HEAD = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
 # what the cell was: settings that every row has, swept or not
 # placement_map: the DC of every (replica, stage), replicas separated by "|" (testbed.plan.grid);
-# gradient_sync: the DP all-reduce's algorithm (empty for dp = 1)
-SETTINGS = ["backend", "shaper", "placement", "placement_stage_dcs", "placement_map",
+# gradient_sync: the DP all-reduce's algorithm (empty for dp = 1);
+# unshaped_rdma_hosts: the hosts on which NCCL was let use InfiniBand/RoCE, which no shaper
+# sees (workload.unshaped_rdma; testbed.launch.rdma), space-separated; empty when none
+SETTINGS = ["backend", "shaper", "unshaped_rdma_hosts", "placement", "placement_stage_dcs", "placement_map",
             "gradient_sync", "schedule", "executor",
             "compute_mode", "schedule_rule", "pp", "dp", "chunks", "microbatches"]
 MEASURED = ["iteration_time_s", "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max",

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from testbed.cell.celldir import CellDir
-from testbed.errors import StorageError, TestbedError, writing
+from testbed.errors import RefusedError, StorageError, TestbedError, writing
 from testbed.launch.pool import RankPool
+from testbed.launch.rdma import unshaped_rdma_hosts
 from testbed.launch.supervise import watch_workers
 from testbed.launch.workers import start_workers
 from testbed.net.backends.base import Backend
@@ -90,7 +91,9 @@ class CellRunner:
     def run(self, plan: CellPlan, repeat: int) -> dict[str, Any]:
         """Run one cell × repeat; returns its row (status ok or failed). Raises StorageError
         when the cell's files cannot be written (a full disk): no later cell could record its
-        results either, so the sweep stops (the network is torn down on the runner's exit)."""
+        results either, so the sweep stops (the network is torn down on the runner's exit).
+        Raises RefusedError, and stops the sweep the same way, when NCCL could carry the cell's
+        traffic over RDMA, unshaped, and the experiment did not opt in (exit 2)."""
         row = self._base_row(plan, repeat)
         t0 = time.monotonic()
         forked = self._forks(plan)
@@ -98,9 +101,12 @@ class CellRunner:
             self.pool.warm()  # one that died since the cell before is replaced
         try:
             row.update(self._run(plan, repeat, CellDir(self.store.cell_dir(plan.cell.cell_id,
-                                                                           repeat)), forked))
+                                                                           repeat)), forked, row))
             row["status"], row["error"] = "ok", ""
         except StorageError:
+            raise
+        except RefusedError as e:  # the sweep stops: run.log says why, as the console does
+            log.error("%s", e)
             raise
         except TestbedError as e:
             error, dead = str(e), self._dead_part(forked)
@@ -119,7 +125,8 @@ class CellRunner:
         return {
             "experiment": exp.name, "run_id": self.store.run_id, "cell_id": cell.cell_id,
             "repeat": repeat, "status": "failed", "error": "", **cell.params,
-            "backend": exp.backend, "shaper": self.shaper_name, "placement": exp.placement_name,
+            "backend": exp.backend, "shaper": self.shaper_name, "unshaped_rdma_hosts": "",
+            "placement": exp.placement_name,
             "placement_stage_dcs": " ".join(plan.stage_dcs),
             **_data_parallel_settings(plan),
             "schedule": w.schedule_file or w.schedule, "executor": w.executor,
@@ -152,8 +159,10 @@ class CellRunner:
             return e
         return None
 
-    def _run(self, plan: CellPlan, repeat: int, cell_dir: CellDir,
-             forked: bool) -> dict[str, Any]:
+    def _run(self, plan: CellPlan, repeat: int, cell_dir: CellDir, forked: bool,
+             marks: dict[str, Any]) -> dict[str, Any]:
+        """The cell's measured columns; ``marks`` (its row) is told at once which hosts run
+        NCCL on RDMA, unshaped, so that the row says so even if the cell fails later."""
         exp = plan.experiment
 
         def check() -> None:
@@ -163,6 +172,7 @@ class CellRunner:
             plan.cell_file(self.store.run_id, repeat).write(Path(cell_dir.cell_file))
         clock = _Phases()
         net, shaper = self.live.acquire(plan, Path(cell_dir.net))
+        marks["unshaped_rdma_hosts"] = " ".join(unshaped_rdma_hosts(net, plan))  # or refused
         clock.mark("network")
         row: dict[str, Any] = {"network": net.tag}
         check()

@@ -192,7 +192,9 @@ class Workload(Strict):
     unshaped_rdma: bool = Field(
         False, description="let NCCL use InfiniBand or RoCE on lab hosts whose interface "
                            "towards the other DCs has it; that traffic bypasses tc, so the "
-                           "row is marked unshaped (default: such hosts are refused)")
+                           "row lists those hosts in unshaped_rdma_hosts (default: a cell "
+                           "NCCL could carry over them is refused, exit 2; "
+                           "docs/howto/gpus.md)")
     wan_sharing: Literal["fair", "temporal"] = Field(
         "fair", description="how the pipelines of several replicas share an inter-DC link "
                             "direction they all cross: fair (all start together, their "

@@ -169,7 +169,8 @@ def bring_up(backend: RemoteBackend, topology: Topology, links: list[ResolvedLin
              shaper: str, record_dir: Path, stack: ExitStack) -> tuple[RemoteNetwork,
                                                                        RemoteShaper]:
     """Map the topology onto the lab, shape it and read the shaping back; every undo is pushed
-    on ``stack``. ``record_dir`` receives lab.json (versions, clock offsets, netem per host)."""
+    on ``stack``. ``record_dir`` receives lab.json (versions, clock offsets, netem, GPUs and
+    RDMA per host)."""
     lab = backend.lab
     net = backend.build(topology, links, Ledger(new_tag()))
     stack.callback(net.teardown)
@@ -177,7 +178,7 @@ def bring_up(backend: RemoteBackend, topology: Topology, links: list[ResolvedLin
         record_dir.mkdir(parents=True, exist_ok=True)
         (record_dir / "lab.json").write_text(json.dumps(
             {"versions": lab.versions, "clocks": lab.clock_report(), "netem": lab.netem,
-             "gpus": lab.gpus,
+             "gpus": lab.gpus, "rdma": lab.rdma,
              "hosts": {n.name: {"dc": n.dc, "addr": str(lab.host(n.name).addr),
                                 "iface": n.iface} for n in net.hosts.values()}}, indent=2))
     sh = RemoteShaper(lab, shaping_plan(net), name=shaper, lab_links=links)

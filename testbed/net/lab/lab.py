@@ -1,6 +1,8 @@
 """A connected lab: every host reached over SSH (host keys checked), its testbed and torch
 versions compared with the controller's, its clock offset and NTP state measured, and whether
-its kernel has netem. All per-host steps run in parallel; one error lists every failing host."""
+its kernel has netem, its GPUs and whether its interface towards the other DCs is InfiniBand
+or RoCE (``testbed.net.rdma``). All per-host steps run in parallel; one error lists every
+failing host."""
 from __future__ import annotations
 
 import json
@@ -18,6 +20,7 @@ from testbed.errors import MachineError
 from testbed.net.network import GPU_DEVICES
 from testbed.net.lab import clocks, ssh
 from testbed.net.lab.inventory import Inventory, LabHost, load_inventory
+from testbed.net.rdma import SYSFS, parse_rdma, rdma_probe
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,13 @@ def gpu_count(conn: Connection, host: LabHost, pattern: str = GPU_DEVICES) -> in
     return int(ssh.run(conn, host, gpu_probe(pattern)).stdout.split()[-1])
 
 
+def rdma_kind(conn: Connection, host: LabHost, sysfs: str = SYSFS) -> str | None:
+    """InfiniBand or RoCE where the host's interface towards the other DCs (``testbed_iface``)
+    carries RDMA, read from ``sysfs`` on the host; None otherwise. Raises CommandError when
+    the probe fails."""
+    return parse_rdma(ssh.run(conn, host, rdma_probe(host.iface, sysfs)).stdout)
+
+
 def local_versions() -> dict[str, str]:
     """testbed's and torch's versions on the controller (torch's from its installed
     metadata: the controller never needs to import it)."""
@@ -63,7 +73,8 @@ def resolve_path(ref: str, base: Path) -> Path:
 @dataclass
 class Lab:
     """Open connections to an inventory's hosts and what was learnt about them (versions,
-    clock offsets, netem, GPUs per host)."""
+    clock offsets, netem, GPUs per host, and whether its inter-DC interface carries RDMA:
+    InfiniBand, RoCE or None)."""
 
     inventory: Inventory
     known_hosts: Path
@@ -72,6 +83,7 @@ class Lab:
     offsets: dict[str, clocks.ClockOffset] = field(default_factory=dict)
     netem: dict[str, bool] = field(default_factory=dict)
     gpus: dict[str, int] = field(default_factory=dict)
+    rdma: dict[str, str | None] = field(default_factory=dict)
 
     @classmethod
     def open(cls, inventory: Path, dcs: list[str], known_hosts: str | Path,
@@ -89,6 +101,7 @@ class Lab:
             lab.netem = lab.each(lambda h, c: ssh.run(c, h, NETEM_PROBE, check=False)
                                  .returncode == 0, "probing netem")
             lab.gpus = lab.each(lambda h, c: gpu_count(c, h), "counting GPUs")
+            lab.rdma = lab.each(lambda h, c: rdma_kind(c, h), "probing RDMA interfaces")
         except BaseException:
             lab.close()
             raise

@@ -87,6 +87,11 @@ class RemoteNetwork(Network):
         """The GPUs the node's host reported when the lab was opened."""
         return self.lab.gpus.get(node.name, 0)
 
+    def rdma_interface(self, node: Node) -> str | None:
+        """The node's interface when its host reported it InfiniBand or RoCE (``Lab.rdma``,
+        probed when the lab was opened); None otherwise."""
+        return node.iface if self.lab.rdma.get(node.name) else None
+
     def files_dir(self, node: Node, local_dir: Path) -> PurePath:
         """The run directory on the node's host (one per network, made by ``build``; the
         ranks of one host share it: their files are named by rank)."""
