@@ -42,8 +42,8 @@ def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitSt
     than ranks, RefusedError when NCCL could reach the other DCs over RDMA, which tc cannot
     shape, and the experiment did not opt in (``testbed.launch.rdma``)."""
     slots = plan.slots
-    _check_gpus_for_nccl(net, plan)
     unshaped = unshaped_rdma_hosts(net, plan)
+    _check_gpus_for_nccl(net, plan)
     jobs = {s.rank: rank_job(net, s, slots, plan.experiment.timeout_s,
                              plan.cell.cell_id, unshaped) for s in slots}
     copied: set[Node] = set()

@@ -29,7 +29,9 @@ DIFFERENT = {
 }
 # what testbed adds that torchrun does not
 TESTBED_ONLY = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TESTBED_TIMEOUT_S", "TESTBED_CELL",
-                "TESTBED_OUT", "TESTBED_EXPERIMENT_DIR"}
+                "TESTBED_OUT", "TESTBED_EXPERIMENT_DIR",
+                # NCCL's view of the emulated hosts (docs/howto/gpus.md)
+                "NCCL_HOSTID", "NCCL_IB_DISABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"}
 
 EXP = """name: envs
 backend: netns
