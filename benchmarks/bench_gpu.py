@@ -19,13 +19,13 @@ Run (root, CUDA build of torch): ``sudo python benchmarks/bench_gpu.py [--save]
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from benchrun import print_verdicts, run_experiment
 from benchsave import add_save, saved
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,15 +40,6 @@ def environment() -> str:
     nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
     return (f"torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}, "
             f"{torch.cuda.get_device_name(0)} × {torch.cuda.device_count()}")
-
-
-def run(exp: Path, out: Path) -> pd.DataFrame:
-    res = subprocess.run([sys.executable, "-m", "testbed", "run", str(exp), "--results",
-                          str(out), "--quiet"], cwd=ROOT, capture_output=True, text=True)
-    if res.returncode not in (0, 1):
-        raise SystemExit(f"{exp}: exit {res.returncode}\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
-    (csv,) = out.glob("*/*/results.csv")
-    return pd.read_csv(csv, keep_default_na=False, na_values=[""])
 
 
 def _pct(measured: float, expected: float) -> float:
@@ -106,14 +97,10 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp, saved("bench_gpu", args.save) as out:
         print(f"{env}\n")
-        rows = check(run(EXPERIMENT, (args.results or Path(tmp)) / EXPERIMENT.stem))
-        cols = ["what", "configured", "measured", "gap_pct", "verdict"]
-        print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
-        for r in rows:
-            print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+        df, _ = run_experiment(EXPERIMENT, (args.results or Path(tmp)) / EXPERIMENT.stem)
+        rows = check(df)
+        fails = print_verdicts(rows, ["what", "configured", "measured", "gap_pct", "verdict"])
         out.rows(rows)
-        fails = sum(str(r["verdict"]).startswith("FAIL") for r in rows)
-        print(f"\n{len(rows) - fails} of {len(rows)} checks PASS (or a ratio)")
     return 1 if fails else 0
 
 

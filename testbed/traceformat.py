@@ -11,7 +11,10 @@ Record types (field ``type``):
   local_world_size (the rank's place among its host's ranks), cuda_visible_devices (its GPU,
   null when none was given), torch_version, clock ("monotonic"), pid and ppid (the rank's
   process and its parent), started and joined (monotonic ns: the worker's start and the end of
-  its process-group rendezvous).
+  its process-group rendezvous), dist_backend ("gloo" | "nccl") and device ("cpu", "cuda:N").
+- ``readback`` (NCCL, and gloo under TESTBED_ORDERED_TRANSPORT; on the sending rank of each
+  DC boundary, before the first iteration): peer, bytes (one activation), seconds (its one-way
+  time, median of the rounds), rounds, backend (``testbed.train.nccl.read_back``).
 - ``start_sync`` (last before ``end``): margin_ms (how far ahead of the last rank's arrival
   each iteration's common start was set, at first), final_margin_ms (the same at the end: it
   widens after late starts, see testbed.train.sync), late_starts (measured iterations this

@@ -135,7 +135,10 @@ def _command(net: Network, node: Node, plan: CellPlan, job: RankJob, here: CellD
     path (copied first where the host does not see this machine's files)."""
     w = plan.experiment.workload
     if w.program is None:
-        return Command(worker_argv(sys.executable, there.cell_file, there.root), worker_env(job))
+        env = worker_env(job)
+        if plan.experiment.controller is not None:  # ranks wait for it between iterations
+            env["TESTBED_CONTROLLER_GATE"] = str(there.root)
+        return Command(worker_argv(sys.executable, there.cell_file, there.root), env)
     env = program_env(job, w.program.env, there.cell_file, there.root)
     env["TESTBED_EXPERIMENT_DIR"] = str(w.base_dir)
     argv = program_argv(sys.executable, w.program.argv, there.cell_file, there.root)

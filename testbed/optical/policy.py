@@ -124,12 +124,22 @@ class Cba:
 
     def observe(self, outcomes: list[TransferOutcome]) -> None:
         for o in outcomes:
-            n = o.asked
-            if o.blocked:
-                n -= self.down
-            elif o.receiver_wait_s > self.threshold:
-                n += self.up
-            self.asked[o.transfer] = self.routing.bounds.clamp(n)
+            self.asked[o.transfer] = cba_slots(o.asked, o.blocked, o.receiver_wait_s,
+                                               self.threshold, self.routing.bounds, self.up,
+                                               self.down)
+
+
+def cba_slots(asked: int, blocked: bool, wait_s: float, threshold_s: float,
+              bounds: SlotBounds, up: int = 1, down: int = 1) -> int:
+    """CBA's rule for one transfer (or one link direction): what it asks for next, from what
+    it asked for now: ``down`` fewer if it was blocked, else ``up`` more if its receiver waited
+    on it longer than ``threshold_s`` (communication-bound), within ``bounds``."""
+    n = asked
+    if blocked:
+        n -= down
+    elif wait_s > threshold_s:
+        n += up
+    return bounds.clamp(n)
 
 
 ROUTING = {p.name: p for p in (Policy, ShortestOnly, CrossDomain)}

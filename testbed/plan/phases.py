@@ -68,6 +68,22 @@ def phase_prediction(plan: CellPlan, state: State) -> dict[str, Any]:
         return {}
 
 
+def prediction_with_rates(plan: CellPlan, rates: dict[str, tuple[float, float]]
+                          ) -> dict[str, Any]:
+    """The ``predicted_*`` columns of the cell with the named links at these (a→b, b→a) rates
+    (Mbit/s; a controller's allocation), the others as planned; empty when the cell cannot be
+    simulated."""
+    links = [lk if lk.name not in rates else lk.model_copy(update={
+        "a_to_b": lk.a_to_b.model_copy(update={"rate_mbit": rates[lk.name][0]}),
+        "b_to_a": lk.b_to_a.model_copy(update={"rate_mbit": rates[lk.name][1]})})
+        for lk in plan.links]
+    paths = PathModel(plan.topology, links, plan.experiment.workload.connections)
+    try:
+        return predict(dataclasses.replace(plan, links=links, paths=paths))
+    except SimulationError:
+        return {}
+
+
 class PhasePredictor:
     """Predictions per link state, each simulated once."""
 

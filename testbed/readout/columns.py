@@ -58,8 +58,12 @@ CONTROL = ["control_iteration_time_s", "control_bubble_ratio", "network_added_s"
 # that bypassed the emulated links, and one activation's read-back across the DC boundary
 NCCL = ["dist_backend", "nccl_transports", "nccl_bypass", "activation_readback_s",
         "activation_readback_expected_s", "activation_readback_error_pct"]
-BODY = (SETTINGS + MEASURED + PREDICTED + DATA_PARALLEL + FILLER + CONTROL + NCCL + BOOKKEEPING
-        + FIDELITY)
+# a controller in the loop (testbed.readout.controlled): its policy, the decisions that changed
+# a rate, the measured iterations it was late for, whether the shaper had every rate it set
+CONTROLLER = ["controller_policy", "controller_changes", "controller_late",
+              "controller_readback_ok"]
+BODY = (SETTINGS + MEASURED + PREDICTED + DATA_PARALLEL + FILLER + CONTROL + NCCL + CONTROLLER
+        + BOOKKEEPING + FIDELITY)
 LINK_PREFIX = "link_"
 STATUSES = ("ok", "failed", "skipped")
 

@@ -35,6 +35,7 @@ from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
 from testbed.plan.grid import grid_text
 from testbed.readout.nccl import nccl_columns
+from testbed.runner.controller import controller_columns, start_controller
 from testbed.readout import columns
 from testbed.readout.control import control_columns
 from testbed.readout.dataparallel import dp_columns
@@ -182,6 +183,7 @@ class CellRunner:
         row["network_setup_s"], row["measure_links_s"] = (round(s, 3) for _, s in clock.spent)
         with ExitStack() as stack:
             t0 = time.monotonic()
+            ctl = start_controller(shaper, plan, cell_dir, stack)  # its rates before rank 0
             procs = start_workers(net, plan, cell_dir, stack, self.pool)
             player = _start_steps(shaper, plan.links, stack,
                                   IterationWatch(Path(cell_dir.trace(0))).done)
@@ -191,6 +193,7 @@ class CellRunner:
                                       finished=_finished(plan, cell_dir))
             row["wall_time_s"] = round(time.monotonic() - t0, 3)
             player.stop()  # no step half-applied while shaping is read back
+            ctl and ctl.stop()
             shaper.verify()  # still as set at the end of the run
             row.update(_drops(shaper, drops_before))
             sent_after = shaper.tx_bytes()
@@ -203,6 +206,7 @@ class CellRunner:
                                   sent_after))
         row.update(control_columns(plan, self.controls, row, Path(cell_dir.root)))
         row.update(nccl_columns(plan, Path(cell_dir.root)))
+        row.update(controller_columns(ctl, plan, cell_dir))
         row.update(assess(Path(cell_dir.root), plan, row, cpu, self.backend.hosts_here))
         with writing(cell_dir.perfetto):
             export(Path(cell_dir.root))

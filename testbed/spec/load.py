@@ -169,7 +169,34 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
     if not isinstance(exp.placement, str):
         out += map_problems(exp.topology, exp.placement.map, w.parallel.pp, w.parallel.dp,
                             per_host)
-    return out + _link_checks(exp)
+    return out + _link_checks(exp) + controller_problems(exp)
+
+
+def controller_problems(exp: Experiment) -> list[tuple[Loc, str]]:
+    """What keeps ``controller:`` from driving this experiment's links."""
+    c = exp.controller
+    if c is None:
+        return []
+    resolved = exp.topology.resolved_links()
+    names = [f"{lk.a}-{lk.b}" for lk in resolved]
+    out = [(("controller", "links"), f"no inter-DC link {n!r}: the topology's are "
+                                     f"{', '.join(names) or 'none'}")
+           for n in c.links or [] if n not in names]
+    if not names:
+        out.append((("controller",), "the topology has no inter-DC link to drive"))
+    if exp.workload.program is not None:
+        out.append((("controller",), "the controller reads the built-in worker's waits: remove "
+                                     "workload.program or controller"))
+    if exp.backend == "remote":
+        out.append((("controller",), "the controller reads every rank's trace while the cell "
+                                     "runs, which lab hosts bring back only at its end: use "
+                                     "backend netns or mininet"))
+    stepped = [f"{lk.a}-{lk.b}" for lk in resolved if lk.steps
+               and (c.links is None or f"{lk.a}-{lk.b}" in c.links)]
+    if stepped:
+        out.append((("controller",), f"links {', '.join(stepped)} have time-varying steps; "
+                                     "a controller and steps cannot both set them"))
+    return out
 
 
 SCHEDULE_READERS = {".csv": read_csv, ".py": load_py}

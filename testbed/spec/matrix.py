@@ -36,7 +36,7 @@ ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic"
                       "workload.filler": None, "workload.schedule_file": None,
                       "workload.program": None, "workload.ranks_per_host": 1,
                       "workload.gradient_sync": GradientSync().model_dump(mode="json"),
-                      "workload.wan_sharing": "fair", "workload.dist_backend": "auto",
+                      "workload.wan_sharing": "fair", "workload.dist_backend": "auto", "controller": None,
                       "workload.unshaped_rdma": False}
 
 

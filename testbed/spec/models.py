@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from testbed.topology import MAX_DELAY_MS, LinkProfile, Strict, Topology
 from testbed.spec.source import Loc
+from testbed.spec.controller import Controller
 from testbed.spec.workload import Workload
 from testbed.spec.costs import stage_forward_ms
 
@@ -121,6 +122,9 @@ class Experiment(Strict):
     timeout_s: float = Field(600, gt=0, description="per cell; workers are killed after it")
     measure_links: bool = Field(True, description="measure RTT and rate of every inter-DC link")
     remote: Remote | None = Field(None, description="lab hosts, for backend: remote")
+    controller: Controller | None = Field(
+        None, description="re-set inter-DC link rates between iterations from what the last "
+                          "iteration showed (CBA's rule on emulated lightpaths; docs/optical.md)")
 
     @property
     def placement_name(self) -> str:

@@ -11,7 +11,9 @@ to the store plus the margin.
 """
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import torch.distributed as dist
 
@@ -79,3 +81,26 @@ class StartSync:
         start, self.margin_ns = (int(x) for x in work.value.split())
         self.late_ns = max(0, time.time_ns() - start)
         return start
+
+
+# how long a rank waits for the controller to release an iteration before it fails the cell
+GATE_TIMEOUT_S = 60.0
+
+
+def controller_gate(it: int) -> None:
+    """With a controller in the loop (``TESTBED_CONTROLLER_GATE``: the directory where the
+    runner's controller marks each iteration it has set the links for, see
+    ``testbed.runner.controller``), wait before agreeing on iteration ``it``'s start until the
+    controller has released it (file ``controller-gate-<it>``), so that its rates are in force
+    before the iteration starts. Iteration 0's rates are set before the ranks start. A no-op
+    without a controller. Raises RuntimeError after ``GATE_TIMEOUT_S``."""
+    gate = os.environ.get("TESTBED_CONTROLLER_GATE")
+    if not gate or it == 0:
+        return
+    path = Path(gate) / f"controller-gate-{it}"
+    deadline = time.monotonic() + GATE_TIMEOUT_S
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the link controller did not release iteration {it} within "
+                               f"{GATE_TIMEOUT_S:g} s")
+        time.sleep(0.0005)

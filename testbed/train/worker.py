@@ -33,7 +33,8 @@ from testbed.train import nccl
 from testbed.train.executor import Executor
 from testbed.train.rank import RankContext
 from testbed.train.filler import TAIL, Filler, NoFiller
-from testbed.train.sync import StartSync, default_store, store_round_trip_ns
+from testbed.train.sync import (StartSync, controller_gate, default_store,
+                                 store_round_trip_ns)
 from testbed.train.torch_executor import TorchExecutor, pipeline_groups
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transport, connection_groups
@@ -213,6 +214,7 @@ def _iterate(ex, filler, w, tracer, fault: int | None, alternate: bool,
     for it in range(w.iterations):
         if it == fault:
             raise RuntimeError(f"injected fault at iteration {it} (TESTBED_INJECT_FAULT)")
+        controller_gate(it)  # a controller in the loop sets the links first
         heard_late = _start_together(sync, it, _tail(filler, it - 1), offset_s)
         late += heard_late if it >= w.warmup else 0  # a skewed warm-up is not measured
         if alternate:

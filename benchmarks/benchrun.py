@@ -1,0 +1,39 @@
+"""What the benchmarks that run an experiment file share: running it through the runner, and
+printing their checks as a Markdown table with the count of failures."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_experiment(exp: Path, out: Path, env: dict | None = None) -> tuple[pd.DataFrame, Path]:
+    """``python -m testbed run exp --results out --quiet``: (its results.csv, the run
+    directory); exits with the runner's output when it did not get as far as rows (an exit
+    other than 0, all ok, or 1, some cell failed). Empty text cells read as NaN."""
+    res = subprocess.run([sys.executable, "-m", "testbed", "run", str(exp), "--results",
+                          str(out), "--quiet"], cwd=ROOT, capture_output=True, text=True,
+                         env=env)
+    if res.returncode not in (0, 1):
+        raise SystemExit(f"{exp}: exit {res.returncode}\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
+    (csv,) = out.glob("*/*/results.csv")
+    return pd.read_csv(csv, keep_default_na=False, na_values=[""]), csv.parent
+
+
+def print_table(rows: list[dict], cols: list[str]) -> None:
+    """``rows`` as a Markdown table of ``cols`` (a missing value as an empty cell)."""
+    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+
+
+def print_verdicts(rows: list[dict], cols: list[str]) -> int:
+    """Print the checks and how many passed; returns the number of FAILs."""
+    print_table(rows, cols)
+    fails = sum(str(r.get("verdict", "")).startswith("FAIL") for r in rows)
+    print(f"\n{len(rows) - fails} of {len(rows)} checks PASS (or a ratio)")
+    return fails
