@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchrun import print_table, print_verdicts, run_experiment
+from benchrun import add_results_dir, print_table, print_verdicts, run_experiment
 from benchsave import add_save, saved
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,8 +63,7 @@ def check(df: pd.DataFrame) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--results", type=Path, metavar="DIR",
-                    help="keep the run directory under DIR (default: a temporary one)")
+    add_results_dir(ap)
     add_save(ap)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp, saved("bench_controller", args.save) as out:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchrun import print_verdicts, run_experiment
+from benchrun import add_results_dir, print_verdicts, run_experiment
 from benchsave import add_save, saved
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,8 +86,7 @@ def _iteration(what: str, r) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--results", type=Path, metavar="DIR",
-                    help="keep the run directory under DIR (default: a temporary one)")
+    add_results_dir(ap)
     add_save(ap)
     args = ap.parse_args()
     env = environment()

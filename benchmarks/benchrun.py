@@ -24,6 +24,12 @@ def run_experiment(exp: Path, out: Path, env: dict | None = None) -> tuple[pd.Da
     return pd.read_csv(csv, keep_default_na=False, na_values=[""]), csv.parent
 
 
+def add_results_dir(ap) -> None:
+    """``--results DIR``: keep the run directory there (default: a temporary one, removed)."""
+    ap.add_argument("--results", type=Path, metavar="DIR",
+                    help="keep the run directory under DIR (default: a temporary one)")
+
+
 def print_table(rows: list[dict], cols: list[str]) -> None:
     """``rows`` as a Markdown table of ``cols`` (a missing value as an empty cell)."""
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from testbed.optical.network import FiberLink, OpticalNetwork
+from testbed.spec.controller import SlotRange
 from testbed.topology.linkprofile import Strict
 
 
@@ -38,21 +39,6 @@ class NetworkSpec(Strict):
         """The grid, DC and domain fields given here."""
         keys = ("slots", "slot_ghz", "gbps_per_slot", "guard_slots", "dcs", "domains")
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
-
-
-class SlotRange(Strict):
-    """Slots a job transfer asks for: ``initial``, kept within [low, high] by the policies."""
-
-    initial: int = Field(3, ge=1, description="slots every transfer asks for at first")
-    low: int = Field(1, ge=1, description="fewest slots (CBA's floor, 'fewer' fallback)")
-    high: int = Field(6, ge=1, description="most slots (CBA's ceiling)")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "SlotRange":
-        if not self.low <= self.initial <= self.high:
-            raise ValueError(f"need low ≤ initial ≤ high, got {self.low}, {self.initial}, "
-                             f"{self.high}")
-        return self
 
 
 class JobSpec(Strict):

@@ -50,6 +50,7 @@ class LinkController:
         self.offsets = {r: 0 for r in self.traces}
         self.watches = {r: IterationWatch(p) for r, p in self.traces.items()}
         self.dc = {s.rank: s.dc for s in plan.slots}
+        self.link_of = {frozenset((lk.a, lk.b)): lk.name for lk in self.links}
         self.log: list[dict] = []
         self.error: Exception | None = None
         self._stop = threading.Event()
@@ -99,10 +100,9 @@ class LinkController:
         return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
     def _crossed(self, src: int, dst: int) -> list[str]:
-        names = {frozenset((lk.a, lk.b)): lk.name for lk in self.links}
-        return [direction(names[frozenset(hop)], *hop)
+        return [direction(self.link_of[frozenset(hop)], *hop)
                 for hop in self.plan.paths.route(self.dc[src], self.dc[dst])
-                if frozenset(hop) in names]
+                if frozenset(hop) in self.link_of]
 
     def _apply(self, after: int, waits: dict[str, float]) -> None:
         before = dict(self.alloc.granted) if after >= 0 else {}

@@ -17,18 +17,19 @@ from pydantic import Field, model_validator
 from testbed.topology import Strict
 
 
-class ControllerSlots(Strict):
-    """Slots one link direction may hold: it starts at ``initial``, stays in [low, high]."""
+class SlotRange(Strict):
+    """Slots a transfer (optical jobs) or a link direction (``controller``) asks for:
+    ``initial``, kept within [low, high] by the policies."""
 
-    initial: int = Field(2, ge=1, le=320)
-    low: int = Field(1, ge=1, le=320)
-    high: int = Field(6, ge=1, le=320)
+    initial: int = Field(3, ge=1, description="slots asked for at first")
+    low: int = Field(1, ge=1, description="fewest slots (CBA's floor, 'fewer' fallback)")
+    high: int = Field(6, ge=1, description="most slots (CBA's ceiling)")
 
     @model_validator(mode="after")
-    def _ordered(self) -> "ControllerSlots":
+    def _ordered(self) -> "SlotRange":
         if not self.low <= self.initial <= self.high:
-            raise ValueError(f"slots need low ≤ initial ≤ high, got {self.low}, "
-                             f"{self.initial}, {self.high}")
+            raise ValueError(f"need low ≤ initial ≤ high, got {self.low}, {self.initial}, "
+                             f"{self.high}")
         return self
 
 
@@ -42,7 +43,7 @@ class Controller(Strict):
         None, description="the inter-DC links it drives, by name (a-b); default: every one")
     rate_per_slot_mbit: float = Field(100, gt=0, le=100_000,
                                       description="one slot's rate on the emulated link")
-    slots: ControllerSlots = Field(default_factory=ControllerSlots)
+    slots: SlotRange = Field(default_factory=SlotRange)
     link_slots: int = Field(8, ge=2, le=640,
                             description="slots a link's two directions share")
     wait_threshold_ms: float = Field(1.0, ge=0, le=60_000,

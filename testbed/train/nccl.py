@@ -45,9 +45,9 @@ def resolve_backend(requested: str) -> str:
     return requested
 
 
-def init_method_backend(backend: str) -> str:
-    """The string ``init_process_group`` gets: gloo for CPU tensors always, NCCL for CUDA
-    tensors where CUDA exists (the store-based start sync and barriers stay on gloo)."""
+def process_group_backends() -> str:
+    """The string ``init_process_group`` gets, whichever backend the transfers use: gloo for
+    CPU tensors always, NCCL for CUDA tensors where CUDA exists."""
     return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 

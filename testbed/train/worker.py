@@ -118,7 +118,7 @@ def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False,
         backend = nccl.resolve_backend(w.dist_backend)
     except RuntimeError as e:
         raise WorkerFailure(str(e)) from None
-    _join(rank, world, backend)
+    _join(rank, world)
     times = {"started": started_ns, "joined": time.monotonic_ns()}
     filler = NoFiller()
     try:
@@ -139,13 +139,13 @@ def run(cell: CellFile, env: dict[str, str], tracer, alternate: bool = False,
         dist.destroy_process_group()
 
 
-def _join(rank: int, world: int, backend: str) -> None:
+def _join(rank: int, world: int) -> None:
     """Join the process group over the environment's MASTER_ADDR/PORT."""
     torch.set_num_threads(1)  # ranks share a few cores; threads would only fight
     timeout = float(os.environ.get("TESTBED_TIMEOUT_S", DEFAULT_TIMEOUT_S))
     # gloo carries CPU tensors; with CUDA present NCCL is registered for CUDA tensors too,
     # which the executor places on the GPU with dist_backend nccl (testbed.train.nccl)
-    dist.init_process_group(nccl.init_method_backend(backend), rank=rank, world_size=world,
+    dist.init_process_group(nccl.process_group_backends(), rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))
 
 

@@ -55,7 +55,7 @@ def test_cba_resets_the_link_between_iterations_and_each_change_lands_in_time(tm
     (("  warmup: 1\n", "  warmup: 1\n  program: {argv: [python, x.py]}\n"),
      "the controller reads the built-in worker's waits"),
     (("  slots: {initial: 1, low: 1, high: 6}", "  slots: {initial: 9, low: 1, high: 6}"),
-     "slots need low ≤ initial ≤ high"),
+     "need low ≤ initial ≤ high"),
 ])
 def test_a_controller_it_cannot_play_is_refused_when_the_file_is_read(tmp_path, edit, message):
     res = _run(tmp_path, EXP.replace(*edit), "validate")
