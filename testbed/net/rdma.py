@@ -14,8 +14,6 @@ point the probe at a fabricated tree.
 """
 from __future__ import annotations
 
-import subprocess
-
 SYSFS = "/sys"
 INFINIBAND, ROCE = "InfiniBand", "RoCE"
 ARPHRD_INFINIBAND = 32  # include/uapi/linux/if_arp.h
@@ -23,7 +21,6 @@ _SCRIPT = ('d="$1/class/net/$2"; '
            f'if [ "$(cat "$d/type" 2>/dev/null)" = {ARPHRD_INFINIBAND} ]; then echo {INFINIBAND}; '
            f'elif [ -n "$(ls -A "$d/device/infiniband" 2>/dev/null)" ]; then echo {ROCE}; '
            'else echo none; fi')
-PROBE_TIMEOUT_S = 10.0
 
 
 def rdma_probe(iface: str, sysfs: str = SYSFS) -> list[str]:
@@ -37,11 +34,3 @@ def parse_rdma(stdout: str) -> str | None:
     words = stdout.split()
     kind = words[-1] if words else "none"
     return kind if kind in (INFINIBAND, ROCE) else None
-
-
-def local_rdma_kind(iface: str, sysfs: str = SYSFS) -> str | None:
-    """InfiniBand or RoCE where ``iface`` of this machine (seen under ``sysfs``) carries RDMA;
-    None otherwise."""
-    res = subprocess.run(rdma_probe(iface, sysfs), capture_output=True, text=True,
-                         timeout=PROBE_TIMEOUT_S, check=True)
-    return parse_rdma(res.stdout)

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from testbed.net.rdma import INFINIBAND, ROCE, local_rdma_kind, parse_rdma
+from testbed.net.rdma import INFINIBAND, ROCE, SYSFS, parse_rdma, rdma_probe
+
+
+def local_rdma_kind(iface: str, sysfs: str = SYSFS) -> str | None:
+    """The probe the lab runs over SSH, run here: InfiniBand, RoCE or None for ``iface``."""
+    res = subprocess.run(rdma_probe(iface, sysfs), capture_output=True, text=True, timeout=10,
+                         check=True)
+    return parse_rdma(res.stdout)
 
 
 def _iface(sysfs: Path, name: str, arphrd: int, rdma_devices: tuple[str, ...] = (),
