@@ -236,8 +236,8 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
 def _document(src: Source, params: dict, problems: list[Problem]) -> dict | None:
     """The file's data without ``matrix`` and with the cell's values set; None (reported) when
     the cell sweeps the topology."""
-    data = copy.deepcopy(src.data)
-    data.pop("matrix", None)
+    # the matrix itself is left out before copying: it is the largest part of a big sweep
+    data = copy.deepcopy({k: v for k, v in src.data.items() if k != "matrix"})
     for key, value in params.items():
         if key == "topology" or key.startswith("topology."):
             problems.append(src.problem(("matrix", key), "sweep topologies with one experiment "

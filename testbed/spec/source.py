@@ -68,14 +68,18 @@ class _Refused(yaml.MarkedYAMLError):
     cannot be constructed)."""
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader reading plain scalars as YAML 1.2's core schema does
-    (``testbed.spec.yaml12``: ``010`` is ten, ``yes`` and ``1:30`` are strings), refusing
-    anchors, aliases and nesting deeper than MAX_YAML_DEPTH before it composes them, and
-    reporting values it cannot construct at their position."""
+class _Bounded(yaml.composer.Composer, yaml.constructor.SafeConstructor,
+               yaml.resolver.Resolver):
+    """Composing and constructing as PyYAML's safe loader does, reading plain scalars as YAML
+    1.2's core schema does (``testbed.spec.yaml12``: ``010`` is ten, ``yes`` and ``1:30`` are
+    strings), refusing anchors, aliases and nesting deeper than MAX_YAML_DEPTH before it
+    composes them, and reporting values it cannot construct at their position. The events come
+    from a parser mixed in by the two loaders below."""
 
-    def __init__(self, stream: str):
-        super().__init__(stream)
+    def _start(self) -> None:
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
         self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
@@ -102,14 +106,53 @@ class _BoundedLoader(yaml.SafeLoader):
                            problem_mark=node.start_mark) from None
 
 
-use_core_schema(_BoundedLoader)
+class _BoundedLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, _Bounded):
+    """Events from PyYAML's pure-Python parser: its error messages are the ones reported."""
+
+    def __init__(self, stream: str):
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        self._start()
+
+
+# libyaml takes tabs as separators, "?" inside flow collections and a lone "!" tag where
+# PyYAML refuses them or reads otherwise (found by comparing both on mutated experiment files):
+# text with any of these is read by PyYAML alone, so that one file always means one thing.
+_LIBYAML_READS_OTHERWISE = frozenset("\t?!\ufeff")
+
+try:
+    from yaml.cyaml import CParser as _LibyamlParser
+except ImportError:  # PyYAML built without libyaml: the pure parser alone
+    _LibyamlParser = None
+else:
+    class _FastBoundedLoader(_Bounded, _LibyamlParser):
+        """Events from libyaml's parser, several times faster on dense files. The composer above
+        it is the same Python code, so positions, refusals and values are the same; a file
+        libyaml finds wrong is parsed again by _BoundedLoader for PyYAML's message."""
+
+        def __init__(self, stream: str):
+            _LibyamlParser.__init__(self, stream)
+            self._start()
+
+
+use_core_schema(_Bounded)
 
 
 def parse_yaml(text: str, file: str) -> Source:
     """Parse YAML text, recording positions; raises SpecError on syntax errors, duplicate keys,
     characters YAML does not allow, anchors/aliases and nesting deeper than MAX_YAML_DEPTH."""
+    if _LibyamlParser is not None and not _LIBYAML_READS_OTHERWISE.intersection(text):
+        try:
+            return _parse_with(_FastBoundedLoader, text, file)
+        except SpecError:
+            pass  # the pure parser says what is wrong, in its words and at its position
+    return _parse_with(_BoundedLoader, text, file)
+
+
+def _parse_with(loader_class: type, text: str, file: str) -> Source:
     try:
-        loader = _BoundedLoader(text)
+        loader = loader_class(text)
     except yaml.YAMLError as e:  # the reader checks every character first
         raise SpecError([_yaml_problem(e, text, file)]) from None
     try:

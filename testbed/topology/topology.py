@@ -205,6 +205,10 @@ class Topology(Strict):
     def total_hosts(self) -> int:
         return sum(dc.hosts for dc in self.dcs)
 
+    def link_names(self) -> list[str]:
+        """Every inter-DC link as ``a-b`` (the key of ``links.per_link``), in file order."""
+        return [f"{a}-{b}" for a, b, _ in self._pairs()]
+
     def _pairs(self) -> list[tuple[str, str, InterDCLink | None]]:
         if self.links is not None:
             return [(lk.dcs[0], lk.dcs[1], lk) for lk in self.links]
