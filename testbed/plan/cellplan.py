@@ -18,6 +18,7 @@ from testbed.errors import TestbedError
 from testbed.cell.cellfile import CellFile
 from testbed.topology import Slot
 from testbed.topology import ResolvedLink, Topology
+from testbed.plan.outer import grad_numel, outer_prediction
 from testbed.plan.placement import LinkCost, PlacementProblem, place
 from testbed.plan.sharing import start_offsets
 from testbed.schedule.crossdc import Boundary, CrossDCContext
@@ -74,6 +75,8 @@ class CellPlan:
     prediction: dict[str, Any] = field(default_factory=dict)
     prediction_note: str = ""
     start_offsets: dict[int, float] = field(default_factory=dict)  # wan_sharing: temporal
+    # diloco/streaming: each measured iteration's predicted time (inner and sync steps differ)
+    iteration_predictions: dict[int, float] = field(default_factory=dict)
 
     @property
     def experiment(self) -> Experiment:
@@ -115,7 +118,7 @@ def _sim_input(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],
     pp, dp = w.parallel.pp, w.parallel.dp
     sync = w.gradient_sync
     steps = {}
-    if dp > 1:
+    if dp > 1 and not sync.outer:  # outer syncs: testbed.plan.outer adds them per iteration
         numel = [gradient_bytes(w, [s]) // FLOAT32_BYTES for s in range(schedule.n_stages)]
         bucket = None if sync.bucket_mb is None else max(1, int(sync.bucket_mb * 1e6
                                                                  / FLOAT32_BYTES))
@@ -229,6 +232,12 @@ def plan_cell(cell: Cell) -> CellPlan:
 def predict(plan: CellPlan, memory_limit: int | None = None) -> dict[str, Any]:
     """The simulator's ``predicted_*`` values for ``plan`` (``memory_limit`` checked, see
     ``testbed.sim.predicted``); raises SimulationError when it cannot be simulated."""
+    w = plan.experiment.workload
+    if w.gradient_sync.outer:
+        out, plan.iteration_predictions = outer_prediction(
+            plan.sim_input(), plan.slots, plan.schedule, w,
+            grad_numel(w, plan.schedule.n_stages), memory_limit)
+        return out
     return predicted(run(plan.sim_input()), memory_limit)
 
 

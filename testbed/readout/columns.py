@@ -28,6 +28,15 @@ PREDICTED = ["predicted_iteration_time_s", "predicted_bubble_ratio", "predicted_
 # their last action, and the rest of it, which ran beside their pipeline work
 DATA_PARALLEL = ["allreduce_exposed_s", "predicted_allreduce_exposed_s", "allreduce_hidden_s",
                  "predicted_allreduce_hidden_s"]
+# diloco/streaming (testbed.readout.outer): the mode's settings, the sustained iteration time,
+# compute over wall time, the outer syncs' count, stall and time, their payload and the WAN
+# bytes per inner step
+LOW_COMMUNICATION = ["gradient_sync_mode", "inner_steps", "outer_dtype", "fragments",
+                     "overlap_steps", "mean_iteration_time_s", "predicted_mean_iteration_time_s",
+                     "compute_utilization", "predicted_compute_utilization", "outer_syncs",
+                     "outer_sync_stall_s", "predicted_outer_sync_stall_s", "outer_sync_s",
+                     "predicted_outer_sync_s", "outer_sync_payload_bytes",
+                     "wan_bytes_per_step_measured", "wan_bytes_per_step_planned"]
 FILLER = ["filler_basis", "utilization", "training_utilization", "filler_requests_per_s",
           "filler_tokens_per_s", "filler_overrun_s"]
 # metrics_source: how the measured columns were obtained (testbed.readout.program);
@@ -62,7 +71,7 @@ NCCL = ["dist_backend", "nccl_transports", "nccl_bypass", "activation_readback_s
 # a rate, the measured iterations it was late for, whether the shaper had every rate it set
 CONTROLLER = ["controller_policy", "controller_changes", "controller_late",
               "controller_readback_ok"]
-BODY = (SETTINGS + MEASURED + PREDICTED + DATA_PARALLEL + FILLER + CONTROL + NCCL + CONTROLLER
+BODY = (SETTINGS + MEASURED + PREDICTED + DATA_PARALLEL + LOW_COMMUNICATION + FILLER + CONTROL + NCCL + CONTROLLER
         + BOOKKEEPING + FIDELITY)
 LINK_PREFIX = "link_"
 STATUSES = ("ok", "failed", "skipped")

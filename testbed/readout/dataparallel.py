@@ -24,9 +24,12 @@ from collections import defaultdict
 from typing import Any
 
 from testbed.plan import CellPlan
+from testbed.plan.outer import grad_numel, run_kinds, sync_input
+from testbed.readout.outer import outer_columns
 from testbed.schedule.ir import Kind
 from testbed.sim.collective import exposed_hidden
 from testbed.spec.costs import FLOAT32_BYTES
+from testbed.spec.gradsync import AFTER_LAST_ACTION
 
 def measured_allreduce(traces: dict[int, list[dict]], warmup: int) -> dict[str, Any]:
     """``allreduce_exposed_s`` and ``allreduce_hidden_s`` from the traces (empty without
@@ -70,10 +73,27 @@ def planned_bytes(plan: CellPlan) -> dict[tuple[str, str], float]:
             if a.kind in (Kind.SEND_F, Kind.SEND_B):
                 peer = owner[a.stage + 1 if a.kind is Kind.SEND_F else a.stage - 1]
                 send(s.rank, s.dp_rank * pp + peer, inp.message_bytes)
-        for steps in inp.collectives.get(s.rank, {}).values():
-            for st in steps:
-                send(s.rank, st.send_to, st.numel * FLOAT32_BYTES)
+    for collectives, share in _collectives_per_iteration(plan, inp):
+        for s in plan.slots:
+            for steps in collectives.get(s.rank, {}).values():
+                for st in steps:
+                    send(s.rank, st.send_to, st.numel * FLOAT32_BYTES * share)
     return out
+
+
+def _collectives_per_iteration(plan: CellPlan, inp) -> list[tuple[dict, float]]:
+    """(all-reduce steps, share of the iterations run that have them): every step's
+    all-reduce in every iteration; diloco/streaming: each kind of sync step's outer
+    all-reduce in its share of the iterations (warm-up included: its bytes are counted), and
+    the all-reduce of fragment 0 the ranks run once before the first iteration."""
+    w = plan.experiment.workload
+    if not w.gradient_sync.outer:
+        return [(inp.collectives, 1.0)]
+    numel = grad_numel(w, plan.schedule.n_stages)
+    kinds = run_kinds(w)
+    kinds[((0, AFTER_LAST_ACTION),)] += 1  # testbed.train.outer.OuterSync.warm_up
+    return [(sync_input(inp, plan.slots, plan.schedule, w, numel, kind).collectives,
+             count / w.iterations) for kind, count in kinds.items() if kind]
 
 
 def wire_columns(plan: CellPlan, before: dict | None, after: dict | None) -> dict[str, Any]:
@@ -102,4 +122,7 @@ def dp_columns(plan: CellPlan, traces: dict[int, list[dict]], before: dict | Non
     out = {k: plan.prediction.get(k) for k in ("predicted_allreduce_exposed_s",
                                                 "predicted_allreduce_hidden_s")}
     out.update(measured_allreduce(traces, w.warmup))
-    return {**out, **wire_columns(plan, before, after)}
+    wire = wire_columns(plan, before, after)
+    if w.gradient_sync.outer:
+        out.update(outer_columns(plan, traces, wire))
+    return {**out, **wire}

@@ -73,10 +73,14 @@ def iteration_rows(iters: list[dict], plan: CellPlan, player: StepPlayer,
                "iteration_time_s": round(i["span_s"], 6),
                "bubble_ratio": _rounded(stats.get("bubble_ratio")),
                "exposed_comm_s": _rounded(stats.get("exposed_comm_s")),
-               "predicted_iteration_time_s": predictor(state).get("predicted_iteration_time_s"),
+               "predicted_iteration_time_s": plan.iteration_predictions.get(
+                   i["iter"], predictor(state).get("predicted_iteration_time_s")),
                "step_during": int(any(a["requested_s"] < start + i["span_s"]
                                       and a["applied_s"] > start for a in player.applied)),
                "_state": state}
+        sync = plan.experiment.workload.gradient_sync
+        if sync.outer:  # diloco/streaming: the fragments this step synchronised
+            row["outer_sync"] = " ".join(str(f) for f, _ in sync.syncs_in(i["iter"]))
         for link in links_in_state(plan, state):
             p = f"{columns.LINK_PREFIX}{link.name}_"
             row.update({p + "delay_ms": link.a_to_b.one_way_delay_ms,

@@ -38,3 +38,17 @@ WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
 # a 40 ms RTT path with 0.25 MiB buffers in 1.715 s on one connection (0.187 MiB per round
 # trip, 0.75 of the buffer) and in 0.455 s on four (0.70 each).
 TCP_WINDOW_PER_BUFFER = 0.75
+# The shapers' token buckets (htb, tbf: testbed.net.shaping.tc.burst_bytes) are this deep: 1 ms
+# of the rate, at least two GSO packets. A transfer that finds its link idle long enough to
+# refill the bucket gets that many bytes through at once. The all-reduce's ring steps do (each
+# waits one delay for its receive-ready notification); measured on a ring of 3 over 10 ms,
+# 200 Mbit/s links: 0.71 MB steps took 42.7 ms, against 44.6 ms modelled with the burst and
+# 49.6 ms without (tests/train/test_low_communication.py's cell). Pipeline messages are
+# calibrated without it (docs/simulator.md).
+SHAPER_BURST_S = 0.001
+SHAPER_BURST_MIN_BYTES = 2 * 65536
+
+
+def shaper_burst_bytes(rate_bps: float) -> float:
+    """Depth of a shaper's token bucket at ``rate_bps``."""
+    return max(rate_bps / 8 * SHAPER_BURST_S, SHAPER_BURST_MIN_BYTES)

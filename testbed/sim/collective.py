@@ -90,7 +90,7 @@ class Collectives:
         quantum = quantum_bytes(path, total, sent)
         hops = path.hops + (f"dp {src}->{dst}",)
         start = max([t] + [self.hop_free[h] for h in hops])
-        left = start + path.serialization_s(quantum)
+        left = start + path.serialization_s(max(0.0, quantum - self._burst(path, start)))
         for h in hops:
             self.hop_free[h] = left
         if sent + quantum < total:
@@ -102,6 +102,14 @@ class Collectives:
                                left, "comm"))
         self._try_finish(stage, src, i)
         self._try_finish(stage, dst, i)
+
+    def _burst(self, path: Path, start: float) -> float:
+        """Bytes the shaper's token bucket lets through at once at ``start``: refilled at the
+        rate since the shaped hops were last busy, up to its depth (calibration)."""
+        if path.rate_bps is None or not path.hops:
+            return 0.0
+        idle = start - max(self.hop_free[h] for h in path.hops)
+        return min(C.shaper_burst_bytes(path.rate_bps), idle * path.rate_bps / 8)
 
     def _try_finish(self, stage: int, rank: int, i: int) -> None:
         key = (stage, rank, i)

@@ -76,7 +76,11 @@ class _Run:
 
     def go(self) -> SimResult:
         for r in range(self.world):
-            self.push(self._post_receives(r), self._step, r)
+            begin = self._post_receives(r)
+            self.push(begin, self._step, r)
+            if self.inp.at_start:
+                for stage in self.collectives.stages_of(r):
+                    self.collectives.start(self.inp.start_offsets.get(r, 0.0), stage, r)
         while self.events:
             t, _, fn, args = heapq.heappop(self.events)
             fn(t, *args)
@@ -116,7 +120,7 @@ class _Run:
             end = max(t, self.sent_by[r])
             self.spans.append(Span(r, "SEND_WAIT", None, None, t, end, "wait"))
             self.done[r] = end
-            if not self.inp.overlap:
+            if not self.inp.overlap and not self.inp.at_start:
                 for stage in self.collectives.stages_of(r):
                     self.collectives.start(end, stage, r)
             return
@@ -125,7 +129,7 @@ class _Run:
             dur = duration(self.inp.times[a.stage], a.kind) + C.SLEEP_OVERSHOOT_S
             self._advance(r, a, t, t + dur, "compute")
             self.memory.update(r, a, t + dur)
-            if self.inp.overlap and self.grads_done[r % self.s.pp].get(a.stage) == self.pos[r] - 1:
+            if self.inp.overlap and not self.inp.at_start and self.grads_done[r % self.s.pp].get(a.stage) == self.pos[r] - 1:
                 self.collectives.start(t + dur, a.stage, r)
         elif a.kind in (Kind.SEND_F, Kind.SEND_B):
             self._send(r, a, t)

@@ -77,7 +77,8 @@ class SimInput:
     per activation or gradient; ``path(src, dst)`` between global ranks;
     ``collectives[rank][stage]`` the ring steps of that rank's data-parallel all-reduce of
     that virtual stage (``testbed.spec.allreduce``; none when dp = 1), started when the
-    stage's last backward ends (``overlap``) or after the rank's last action.
+    stage's last backward ends (``overlap``), after the rank's last action, or with the
+    iteration (``at_start``).
     ``transfer``, when given, is asked for each message's start and path instead (the path's
     rate and delay; FIFO hops stay those of ``path``): a network whose allocation changes from
     one transfer to the next (``testbed.optical``). SENDs are issued in time order.
@@ -90,6 +91,9 @@ class SimInput:
     paths: dict[tuple[int, int], Path] = field(default_factory=dict)
     collectives: dict[int, dict[int, list]] = field(default_factory=dict)
     overlap: bool = True
+    # the all-reduces start with the iteration, beside all of its pipeline work (an outer sync
+    # overlapped with the next inner step: testbed.spec.gradsync); overrides ``overlap``
+    at_start: bool = False
     start_offsets: dict[int, float] = field(default_factory=dict)  # s after the iteration start
     transfer: TransferHook | None = None
 

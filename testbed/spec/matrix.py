@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from testbed.errors import Problem
 from testbed.topology import LinkProfile
 from testbed.spec.models import Experiment
-from testbed.spec.workload import GradientSync
+from testbed.spec.gradsync import GradientSync
 from testbed.spec.problems import model_in
 from testbed.spec.source import Loc, Source
 
@@ -37,7 +37,9 @@ ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic"
                       "workload.program": None, "workload.ranks_per_host": 1,
                       "workload.gradient_sync": GradientSync().model_dump(mode="json"),
                       "workload.wan_sharing": "fair", "workload.dist_backend": "auto", "controller": None,
-                      "workload.unshaped_rdma": False}
+                      "workload.unshaped_rdma": False,
+                      **{f"workload.gradient_sync.{k}": v for k, v in GradientSync().model_dump(
+                          mode="json").items() if k not in ("algorithm", "overlap", "bucket_mb")}}
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from testbed.spec.gradsync import GradientSync, first_measured_sync
 from testbed.topology import Strict
 from testbed.schedule.registry import CROSS_DC_SCHEDULES, SCHEDULES
 
@@ -36,25 +37,6 @@ class Parallel(Strict):
 
     pp: int = Field(4, ge=1, le=128)
     dp: int = Field(1, ge=1, le=128)
-
-
-class GradientSync(Strict):
-    """How a stage's data-parallel replicas all-reduce their gradients."""
-
-    algorithm: Literal["ring", "hierarchical"] = Field(
-        "ring", description="ring: one ring over every replica of the stage, ordered by DC "
-                            "(file order) then replica, so it crosses each DC boundary once; "
-                            "hierarchical: reduce-scatter inside each DC, all-reduce of the "
-                            "shards between DCs, all-gather inside each DC (every DC holding "
-                            "the stage must hold the same number of its replicas)")
-    overlap: bool = Field(
-        True, description="start a stage's all-reduce as soon as its last backward of the "
-                          "iteration ends, beside the rank's remaining pipeline work (false: "
-                          "after the rank's last action)")
-    bucket_mb: float | None = Field(
-        None, gt=0, le=1_000_000,
-        description="all-reduce a stage's gradients in buckets of this many MB (10^6 bytes as "
-                    "sent, bytes_scale applied), one after the other; None: one bucket")
 
 
 class Compute(Strict):
@@ -265,6 +247,8 @@ class Workload(Strict):
             raise ValueError("filler needs executor: ir (the torch executor's waits are inside "
                              "torch.distributed.pipelining, out of the filler's reach): set "
                              "executor: ir or remove filler")
+        if self.gradient_sync.outer:
+            _check_outer(self)
         return self
 
     @property
@@ -273,6 +257,23 @@ class Workload(Strict):
         if self.filler is None:
             return None
         return self.filler.mode or self.compute.mode
+
+
+def _check_outer(w: Workload) -> None:
+    """What the low-communication modes need (docs/howto/low-communication.md)."""
+    sync, mode = w.gradient_sync, f"gradient_sync.mode {w.gradient_sync.mode}"
+    needs = [(w.parallel.dp < 2, "dp > 1 (replicas to synchronise)"),
+             (w.executor != "ir", "executor: ir"),
+             (w.program is not None, "the built-in worker (a program syncs as it is written)"),
+             (w.compute.mode == "real" and sync.outer_dtype != "fp32",
+              "outer_dtype fp32 with real compute (lower types are emulated only)")]
+    missing = [what for bad, what in needs if bad]
+    if missing:
+        raise ValueError(f"{mode} needs {'; '.join(missing)}")
+    if first_measured_sync(sync, w.warmup, w.iterations) is None:
+        raise ValueError(f"{mode} with inner_steps={sync.inner_steps} has no outer sync among "
+                         f"the measured iterations {w.warmup}..{w.iterations - 1}: raise "
+                         "iterations or lower inner_steps")
 
 
 def _check_nccl(w: Workload) -> None:

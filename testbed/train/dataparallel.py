@@ -13,9 +13,11 @@ import torch
 
 from testbed.spec.allreduce import rank_steps
 from testbed.spec.costs import FLOAT32_BYTES, bytes_factor, stage_params
+from testbed.spec.gradsync import AFTER_LAST_ACTION
 from testbed.topology import Slot
 from testbed.topology.slot import single_host_placement
 from testbed.train.rank import ns
+from testbed.train.outer import OuterSync
 from testbed.train.ring import GradientRing
 from testbed.train.transport import Transfer, Transport
 
@@ -24,13 +26,26 @@ class DataParallel:
     """Mixed into ``testbed.train.executor.Executor``: uses its ctx, w, tr, real, stages,
     modules, opt and filler."""
 
-    def _gradient_ring(self, placement: list[Slot] | None, group: Any,
-                       transport: Transport | None) -> GradientRing:
-        """This rank's all-reduce steps for each of its stages (``testbed.spec.allreduce``);
-        without a placement, the replicas are taken to share one DC."""
-        ctx, sync = self.ctx, self.w.gradient_sync
+    def _data_parallel_parts(self, placement: list[Slot] | None, group: Any,
+                             transport: Transport | None
+                             ) -> tuple[GradientRing | None, OuterSync | None]:
+        """(every-step all-reduce, outer sync): the one the workload's gradient_sync.mode
+        runs; neither with dp = 1. Without a placement the replicas share one DC."""
+        ctx = self.ctx
+        if ctx.dp == 1:
+            return None, None
         if placement is None:
             placement = single_host_placement(ctx.pp, ctx.dp)
+        if self.w.gradient_sync.outer:
+            numel = ({s: sum(p.numel() for p in self.modules[s].parameters())
+                      for s in self.stages} if self.real else self._grad_numel())
+            return None, OuterSync(self, placement, group, transport, numel)
+        return self._gradient_ring(placement, group, transport), None
+
+    def _gradient_ring(self, placement: list[Slot], group: Any,
+                       transport: Transport | None) -> GradientRing:
+        """This rank's all-reduce steps for each of its stages (``testbed.spec.allreduce``)."""
+        ctx, sync = self.ctx, self.w.gradient_sync
         numel = self._grad_numel()
         bucket = None if sync.bucket_mb is None else max(1, int(sync.bucket_mb * 1e6
                                                                  / FLOAT32_BYTES))
@@ -61,9 +76,17 @@ class DataParallel:
         self.tr.action(it, "ALLREDUCE", stage, None, t0, ns(), "comm", nbytes, None)
         return stage, work, flat
 
-    def _data_parallel(self, it: int, reducing: list | None = None) -> None:
+    def _data_parallel(self, it: int, reducing: list | None = None,
+                       outer: list | None = None) -> None:
         """Finish the DP all-reduces (starting those not started yet), then the optimizer
-        step. The wait is what the all-reduce did not overlap."""
+        step. The wait is what the all-reduce did not overlap. diloco/streaming: the local
+        optimizer step, then this iteration's outer all-reduces (``outer``: those started
+        with it) and the outer step."""
+        if self.outer is not None:
+            self._local_step(it)
+            late = self.outer.start(it, AFTER_LAST_ACTION)
+            self.outer.finish(it, (outer or []) + late)
+            return
         if self.ctx.dp > 1:
             if not reducing:
                 reducing = [self._start_allreduce(it, s) for s in self.stages]
@@ -74,6 +97,10 @@ class DataParallel:
             if self.real:
                 for stage, _, flat in reducing:
                     self._unflatten(self.modules[stage].parameters(), flat / self.ctx.dp)
+        self._local_step(it)
+
+    def _local_step(self, it: int) -> None:
+        """The optimizer step on this replica's gradients (real compute)."""
         if self.real:
             t0 = ns()
             self.opt.step()

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from testbed.schedule.ir import Action, Kind
+from testbed.spec.gradsync import AT_START
 from testbed.spec.workload import Workload
 from testbed.spec.costs import ComputeTimes, activation_numel, bytes_factor
 from testbed.train import model as M
@@ -91,13 +92,14 @@ class Executor(DataParallel):
             self.recv_buf = torch.empty(self.shape, device=self.device)
         # the DP all-reduce (ring.py) with the workload's algorithm over the placement: real
         # gradients, or (emulated) their true size × bytes_scale in chunk-sized buffers
-        self.ring = self._gradient_ring(placement, dp_group, dp_transport) if ctx.dp > 1 \
-            else None
+        # (diloco/streaming: the outer all-reduces of the pseudo-gradient, outer.py, instead)
+        self.ring, self.outer = self._data_parallel_parts(placement, dp_group, dp_transport)
         # a stage's gradients are complete after its last B (or W): with gradient_sync.overlap
         # its DP all-reduce starts there, overlapping whatever this rank still has to do
         self.grads_done_at = {}
         for i, a in enumerate(self.actions):
-            if a.kind in (Kind.B, Kind.W) and w.gradient_sync.overlap:
+            if a.kind in (Kind.B, Kind.W) and w.gradient_sync.overlap \
+                    and self.ring is not None:
                 self.grads_done_at[a.stage] = i
 
     def _init_real(self) -> None:
@@ -118,6 +120,7 @@ class Executor(DataParallel):
         recvs = self._post_receives()
         sends: list[Any] = []
         reducing = []
+        outer = self.outer.start(it, AT_START) if self.outer else []
         for i, a in enumerate(self.actions):
             self._do(it, a, st, recvs, sends)
             if self.ctx.dp > 1 and self.grads_done_at.get(a.stage) == i:
@@ -125,14 +128,15 @@ class Executor(DataParallel):
         t0 = ns()
         self.filler.wait(it, ("SEND_WAIT", None, None), Transfer(sends), t0)
         self.tr.action(it, "SEND_WAIT", None, None, t0, ns(), "wait")
-        self._data_parallel(it, reducing)
+        self._data_parallel(it, reducing, outer)
         return sum(st.losses) / len(st.losses) if st.losses else None
 
     def warm_up_connections(self) -> None:
         """Send one activation-sized message to every pipeline neighbour and take one from
         each, all at once, before the first iteration: a fresh TCP connection starts with a
         small window and needs about ten round trips to open it, which the warm-up iteration
-        would otherwise pay boundary after boundary. Nothing is measured here."""
+        would otherwise pay boundary after boundary. Nothing is measured here. diloco/streaming
+        also run one outer all-reduce (outer.py): no warm-up iteration syncs."""
         peers = sorted({self.ctx.global_rank(n) for s in self.stages for n in (s - 1, s + 1)
                         if 0 <= n < self.n_stages} - {self.ctx.rank})
         if self.ordered:  # NCCL: communicators open pair by pair, in one global order
@@ -146,6 +150,8 @@ class Executor(DataParallel):
             pending.append(self.transport.irecv(torch.empty(self.shape), peer, WARM_UP_TAG))
         for transfer in pending:
             transfer.wait()
+        if self.outer is not None:
+            self.outer.warm_up()
 
     def _post_receives(self) -> dict[tuple[Kind, int, int], tuple[Any, torch.Tensor]]:
         out = {}

@@ -63,8 +63,11 @@ def test_ring_steps_and_modelled_reductions(tmp_path):
     res = simulate(_with_gradients(plan, numel))
     chunk = numel // 3 * FLOAT32_BYTES
     edge = plan.paths.path(plan.slots[0], plan.slots[1])
-    # each step: the receive's notification (one delay), the chunk's serialization, its delay
-    step = edge.delay_s + edge.serialization_s(chunk) + edge.delay_s + C.MESSAGE_LATENCY_S
+    # each step: the receive's notification (one delay, over which the shaper's token bucket
+    # refills), the chunk's serialization less the bucket's burst, its delay
+    burst = min(C.shaper_burst_bytes(edge.rate_bps), edge.delay_s * edge.rate_bps / 8)
+    step = edge.delay_s + edge.serialization_s(chunk - burst) + edge.delay_s \
+        + C.MESSAGE_LATENCY_S
     reduce = chunk / GPU_REDUCE_BYTES_PER_S + C.SLEEP_OVERSHOOT_S
     assert _allreduce_wait(res, 0) == pytest.approx(4 * step + 2 * reduce, rel=1e-6)
     assert 2 * reduce > 0.003  # the reduction's share is not lost in the rounding
