@@ -37,6 +37,10 @@ Record types (field ``type``):
   (the run of filler requests), requests, tokens, arrived (when the awaited transfer completed;
   training resumed at max(t1, arrived)). The ``wait`` record around it still spans the whole
   time the rank did no training work.
+- ``opt`` (a traced program, ``testbed.train.instrument``): t (an optimizer step's end), opt
+  (which optimizer: 0 for the first to step, 1 for the next, …).
+- ``collective`` (a traced program): op ("all_reduce"), t0, t1 (the call), bytes (the
+  tensor's), blocking (false for ``async_op=True``, whose call returns at once).
 - ``end``: status ("ok" | "error"), error (message or null), t (ns).
 
 Metrics only trust ``compute`` records as busy time; everything else in an iteration span is idle.

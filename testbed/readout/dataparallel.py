@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from testbed.plan import CellPlan
 from testbed.plan.outer import grad_numel, run_kinds, sync_input
-from testbed.readout.outer import outer_columns
+from testbed.readout.outer import outer_columns, wan_per_step
 from testbed.schedule.ir import Kind
+from testbed.readout.traces import load_traces
 from testbed.sim.collective import exposed_hidden
+from testbed.traceformat import TRACE_GLOB
 from testbed.spec.costs import FLOAT32_BYTES
 from testbed.spec.gradsync import AFTER_LAST_ACTION
 
@@ -105,24 +108,32 @@ def wire_columns(plan: CellPlan, before: dict | None, after: dict | None) -> dic
     for link in plan.links:
         for src, dst in ((link.a, link.b), (link.b, link.a)):
             p = f"link_{link.name}_from_{src}_bytes_per_iter_"
-            out[p + "planned"] = round(planned.get((src, dst), 0.0))
+            if plan.costs is not None:  # a plan without modelled costs sends nothing known
+                out[p + "planned"] = round(planned.get((src, dst), 0.0))
             key = f"{src}->{dst}"
             if before is not None and after is not None and key in before and key in after:
                 out[p + "measured"] = round((after[key] - before[key]) / iterations)
     return out
 
 
-def dp_columns(plan: CellPlan, traces: dict[int, list[dict]], before: dict | None,
-               after: dict | None) -> dict[str, Any]:
+def dp_columns(plan: CellPlan, cell_dir: Path, before: dict | None, after: dict | None,
+               finished: bool = True) -> dict[str, Any]:
     """A row's data-parallel columns: the all-reduce's exposed and hidden time (measured and
-    predicted) and the bytes per inter-DC link direction; none when dp = 1."""
+    predicted) and the bytes per inter-DC link direction; none when dp = 1. ``finished``:
+    whether every rank ended as it should (``testbed.readout.traces.load_traces``)."""
     w = plan.experiment.workload
     if w.parallel.dp == 1:
         return {}
+    if w.program is None or any(Path(cell_dir).glob(TRACE_GLOB)):
+        traces = load_traces(cell_dir, finished=finished)
+    else:  # a program measured from its output or wall time: no traces
+        traces = {}
     out = {k: plan.prediction.get(k) for k in ("predicted_allreduce_exposed_s",
                                                 "predicted_allreduce_hidden_s")}
     out.update(measured_allreduce(traces, w.warmup))
     wire = wire_columns(plan, before, after)
     if w.gradient_sync.outer:
         out.update(outer_columns(plan, traces, wire))
+    elif w.program is not None:  # its own syncs: testbed.readout.collectives
+        out.update(wan_per_step(wire))
     return {**out, **wire}

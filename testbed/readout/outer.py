@@ -45,9 +45,7 @@ def outer_columns(plan: CellPlan, traces: dict[int, list[dict]],
     out.update({k: plan.prediction.get(k) for k in PREDICTED})
     payload = sum(grad_numel(w, plan.schedule.n_stages)) * OUTER_DTYPE_BYTES[sync.outer_dtype]
     out["outer_sync_payload_bytes"] = round(payload / sync.outer_fragments)
-    for kind in ("measured", "planned"):
-        values = [v for k, v in wire.items() if k.endswith(f"_bytes_per_iter_{kind}")]
-        out[f"wan_bytes_per_step_{kind}"] = sum(values) if values else None
+    out.update(wan_per_step(wire))
     iters = per_iteration(traces)
     if not iters:
         return out
@@ -61,6 +59,16 @@ def outer_columns(plan: CellPlan, traces: dict[int, list[dict]],
     if splits:
         out["outer_sync_stall_s"] = round(statistics.fmean(e for e, _ in splits.values()), 6)
         out["outer_sync_s"] = round(statistics.fmean(t for _, t in splits.values()), 6)
+    return out
+
+
+def wan_per_step(wire: dict[str, Any]) -> dict[str, Any]:
+    """``wan_bytes_per_step_measured`` and ``_planned``: the link directions' bytes per
+    iteration (``testbed.readout.dataparallel.wire_columns``) summed; None where none."""
+    out = {}
+    for kind in ("measured", "planned"):
+        values = [v for k, v in wire.items() if k.endswith(f"_bytes_per_iter_{kind}")]
+        out[f"wan_bytes_per_step_{kind}"] = sum(values) if values else None
     return out
 
 

@@ -10,6 +10,9 @@
   iteration time and throughput;
 - ``none``: a program with neither: its wall time only, every metric empty (never guessed).
 
+A traced program that calls ``torch.distributed.all_reduce`` also gets its syncs' columns
+(``testbed.readout.collectives``).
+
 A program's ranks are not aligned at iteration starts (an ordinary training loop lets a
 downstream rank start its next step while upstream ranks still finish theirs), so its
 iteration time is the steady-state period (``iteration_basis`` = ``period``, see
@@ -31,6 +34,7 @@ from testbed.cell.celldir import CellDir
 from testbed.errors import WorkerError
 from testbed.net.steps import StepPlayer
 from testbed.plan import CellPlan
+from testbed.readout.collectives import program_sync_columns
 from testbed.readout.series import FIXED, PERIOD, Series, metrics_and_series
 from testbed.readout.traces import iterations_from_optimizer, load_traces, percentile
 from testbed.spec import Workload
@@ -63,6 +67,11 @@ def _traced(cell_dir: Path, plan: CellPlan, player: StepPlayer, traces: dict[int
     compute records (``instrumented``), else iteration time and throughput
     (``without_compute``)."""
     out, series = metrics_and_series(cell_dir, plan, player, PERIOD, traces)
+    syncs, calls = program_sync_columns(traces)
+    out.update(syncs)
+    if calls:  # iterations.csv marks the iterations that all-reduced
+        for row in series:
+            row["outer_sync"] = calls.get(row["iteration"], "")
     if _has_compute(traces):
         return {**out, "metrics_source": "instrumented"}, series
     return {**{k: v for k, v in out.items() if k not in NEEDS_COMPUTE},

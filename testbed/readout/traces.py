@@ -42,7 +42,7 @@ to the iteration's span (a fill in the gap after a rank's last action may run pa
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -80,10 +80,14 @@ def iterations_from_optimizer(traces: dict[int, list[dict]], warmup: int
     """``traces`` with ``iter`` records made from ``opt`` records (a program's optimizer
     steps), for a program that neither pipelines nor marks its iterations: iteration k runs
     from optimizer step k − 1 to step k (iteration 0, from the program's start, is not
-    known); the first ``warmup`` are warm-up."""
+    known); the first ``warmup`` are warm-up. Only the optimizer that stepped most ends
+    iterations: a DiLoCo program's outer optimizer steps once per H of them."""
     out = {}
     for rank, recs in traces.items():
-        steps = sorted(r["t"] for r in recs if r.get("type") == "opt")
+        opts = [r for r in recs if r.get("type") == "opt"]
+        counts = Counter(r.get("opt", 0) for r in opts)
+        inner = max(counts, key=lambda k: (counts[k], -k)) if counts else 0
+        steps = sorted(r["t"] for r in opts if r.get("opt", 0) == inner)
         made = [{"type": "iter", "iter": k, "warmup": k < warmup, "t0": t0, "t1": t1,
                  "loss": None} for k, (t0, t1) in enumerate(zip(steps, steps[1:]), start=1)]
         out[rank] = [r for r in recs if r.get("type") not in ("opt", "iter")] + made

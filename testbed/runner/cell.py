@@ -44,7 +44,6 @@ from testbed.readout.fidelity import assess
 from testbed.readout.perfetto import export
 from testbed.readout.program import program_metrics
 from testbed.readout.series import metrics_and_series, series_csv
-from testbed.readout.traces import load_traces
 from testbed.runner.livenet import LiveNetwork
 from testbed.runner.store import RunStore, atomic_write
 from testbed.runner.tracewatch import IterationWatch
@@ -201,9 +200,7 @@ class CellRunner:
             clock.mark("workers")
         clock.mark("stop")
         row.update(_metrics(cell_dir, plan, player, exits))
-        if plan.experiment.workload.program is None:
-            row.update(dp_columns(plan, load_traces(Path(cell_dir.root)), sent_before,
-                                  sent_after))
+        row.update(dp_columns(plan, Path(cell_dir.root), sent_before, sent_after, not exits))
         row.update(control_columns(plan, self.controls, row, Path(cell_dir.root)))
         row.update(nccl_columns(plan, Path(cell_dir.root)))
         row.update(controller_columns(ctl, plan, cell_dir))

@@ -8,8 +8,10 @@ once the rank's current stream has finished what was queued (``stamp``):
   ``backward_weight_one_chunk`` → ``compute`` records F, B or I, W (stage, microbatch);
 - the schedules' ``_wait_batch_p2p`` → ``wait`` records (P2P_WAIT): time blocked on transfers;
 - each schedule's ``step()`` → one ``iter`` record (the first ``workload.warmup`` are warm-up);
-- every optimizer's ``step()`` → one ``opt`` record (torch's global post-step hook): the
-  iterations of a program that neither pipelines nor marks them.
+- every optimizer's ``step()`` → one ``opt`` record (torch's global post-step hook), naming
+  which optimizer: the iterations of a program that neither pipelines nor marks them;
+- every ``torch.distributed.all_reduce`` → one ``collective`` record (``collectives``): the
+  program's gradient or pseudo-gradient syncs, wherever it calls them.
 
 The trace (``DIR/trace-rank<RANK>.jsonl``, ``testbed.traceformat``) is written only when the
 program ran a pipelining step, an optimizer step or called :func:`iteration`; otherwise
@@ -40,6 +42,7 @@ ENV_AT_START = dict(os.environ)
 import torch  # noqa: E402
 from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
 
+from testbed.train.instrument.collectives import patch_all_reduce  # noqa: E402
 from testbed.train.instrument.onimport import after_import  # noqa: E402
 from testbed.train.trace import Tracer  # noqa: E402
 
@@ -68,6 +71,7 @@ class Instrument:
         self.depth = 0  # nested step() calls (a subclass calling its parent) count once
         self.stages: set[int] = set()
         self.mark = time.monotonic_ns()
+        self.optimizers: dict[int, int] = {}  # id(optimizer) → its index, in first-step order
 
     def _trace(self) -> Tracer:
         if self.tracer is None:
@@ -93,14 +97,27 @@ class Instrument:
         tr.flush()
         self.it, self.mark = self.it + 1, t1
 
-    def optimizer_step(self) -> None:
+    def collective(self, t0: int, t1: int, nbytes: int, blocking: bool) -> None:
+        """Record one ``all_reduce`` call (``collectives``): anywhere in the program, not only
+        inside a step; the readout places it in the iteration it falls in."""
+        tr = self._trace()
+        tr.record(type="collective", op="all_reduce", t0=t0, t1=t1, bytes=nbytes,
+                  blocking=blocking)
+        tr.flush()
+
+    def optimizer_step(self, optimizer=None) -> None:
         """Record that an optimizer finished a step (``opt``: its end on this rank's clock):
         for a program that neither pipelines nor marks its iterations, each such step ends
         one (``testbed.readout.traces.iterations_from_optimizer``). Steps inside a pipelining
         step or between marks are recorded too; the readout uses them only without ``iter``
         records."""
         tr = self._trace()
-        tr.record(type="opt", t=stamp())
+        # which optimizer: a DiLoCo program's outer optimizer steps once per H inner steps,
+        # and only the one that steps most ends iterations (testbed.readout.traces)
+        key = id(optimizer)
+        if key not in self.optimizers:
+            self.optimizers[key] = len(self.optimizers)
+        tr.record(type="opt", t=stamp(), opt=self.optimizers[key])
         tr.flush()
 
     def end(self, status: str, error: str | None) -> None:
@@ -166,7 +183,12 @@ def _wait(original: Callable) -> Callable:
 
 def _optimizer_stepped(optimizer, args, kwargs) -> None:
     if _ACTIVE is not None:
-        _ACTIVE.optimizer_step()
+        _ACTIVE.optimizer_step(optimizer)
+
+
+def _all_reduced(t0: int, t1: int, nbytes: int, blocking: bool) -> None:
+    if _ACTIVE is not None:
+        _ACTIVE.collective(t0, t1, nbytes, blocking)
 
 
 def install(ins: Instrument) -> None:
@@ -178,6 +200,7 @@ def install(ins: Instrument) -> None:
     _ACTIVE = ins
     if first:
         register_optimizer_step_post_hook(_optimizer_stepped)
+        patch_all_reduce(_all_reduced, stamp)
         after_import(PIPELINING, _patch_pipelining)
 
 
