@@ -32,7 +32,7 @@ from testbed.readout.traces import load_traces
 from testbed.sim.collective import exposed_hidden
 from testbed.traceformat import TRACE_GLOB
 from testbed.spec.costs import FLOAT32_BYTES
-from testbed.spec.gradsync import AFTER_LAST_ACTION
+from testbed.spec.gradsync import AFTER_LAST_ACTION, OUTER_WARM_UP_ROUNDS
 
 def measured_allreduce(traces: dict[int, list[dict]], warmup: int) -> dict[str, Any]:
     """``allreduce_exposed_s`` and ``allreduce_hidden_s`` from the traces (empty without
@@ -88,13 +88,14 @@ def _collectives_per_iteration(plan: CellPlan, inp) -> list[tuple[dict, float]]:
     """(all-reduce steps, share of the iterations run that have them): every step's
     all-reduce in every iteration; diloco/streaming: each kind of sync step's outer
     all-reduce in its share of the iterations (warm-up included: its bytes are counted), and
-    the all-reduce of fragment 0 the ranks run once before the first iteration."""
+    the all-reduces of every fragment the ranks run before the first iteration."""
     w = plan.experiment.workload
     if not w.gradient_sync.outer:
         return [(inp.collectives, 1.0)]
     numel = grad_numel(w, plan.schedule.n_stages)
     kinds = run_kinds(w)
-    kinds[((0, AFTER_LAST_ACTION),)] += 1  # testbed.train.outer.OuterSync.warm_up
+    for f in range(w.gradient_sync.outer_fragments):  # testbed.train.outer.OuterSync.warm_up
+        kinds[((f, AFTER_LAST_ACTION),)] += OUTER_WARM_UP_ROUNDS
     return [(sync_input(inp, plan.slots, plan.schedule, w, numel, kind).collectives,
              count / w.iterations) for kind, count in kinds.items() if kind]
 

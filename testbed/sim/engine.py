@@ -26,7 +26,8 @@ Model, per iteration (all ranks start together, as after the executor's barrier)
 - after its last action a rank waits for its sends to leave (SEND_WAIT), then, with dp > 1,
   for its stages' data-parallel all-reduces (ALLREDUCE_WAIT, exposed communication). A
   stage's all-reduce starts when its last backward (B or W) ends (``overlap``, as the
-  executor does) or after the SEND_WAIT; its ring steps are transfers on the same hops as the
+  executor does), after the SEND_WAIT, or with the iteration (``at_start``: an outer sync
+  overlapped with an inner step); its ring steps are transfers on the same hops as the
   pipeline's (``testbed.sim.collective``).
 
 Not modelled: TCP slow start and congestion control, packet loss and retransmission, jitter,
@@ -76,8 +77,7 @@ class _Run:
 
     def go(self) -> SimResult:
         for r in range(self.world):
-            begin = self._post_receives(r)
-            self.push(begin, self._step, r)
+            self.push(self._post_receives(r), self._step, r)
             if self.inp.at_start:
                 for stage in self.collectives.stages_of(r):
                     self.collectives.start(self.inp.start_offsets.get(r, 0.0), stage, r)

@@ -33,6 +33,9 @@ OUTER_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
 # where an outer all-reduce starts in its sync step: after the iteration's last action
 # (blocking) or at the iteration's start, beside its pipeline work (overlap_steps: 1)
 AFTER_LAST_ACTION, AT_START = "after_last_action", "at_start"
+# before the first iteration the workers all-reduce every fragment this many times, untimed
+# (testbed.train.outer.OuterSync.warm_up); the plan counts their bytes on the links
+OUTER_WARM_UP_ROUNDS = 3
 
 
 class GradientSync(Strict):
