@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any
 
 from testbed.schedule.ir import Schedule
 from testbed.sim import predicted, run
-from testbed.sim.collective import exposed_hidden, predicted_allreduce
+from testbed.sim.collective import predicted_allreduce, rank_splits
 from testbed.sim.iteration import SimInput, SimResult
 from testbed.sim.inputs import collective_steps
 from testbed.spec.costs import FLOAT32_BYTES, gradient_bytes
@@ -94,11 +94,7 @@ def outer_sync_times(res: SimResult) -> tuple[float, float]:
     """(stall, total) of a simulated sync step, mean over the ranks that all-reduce: the
     ALLREDUCE_WAIT, and the all-reduce's time from its start to its end (the stall included),
     as ``testbed.sim.collective.exposed_hidden`` splits them."""
-    by_rank: dict[int, list] = defaultdict(list)
-    for sp in res.spans:
-        if sp.kind.startswith("ALLREDUCE"):
-            by_rank[sp.rank].append((sp.kind, sp.t0, sp.t1))
-    splits = [s for s in map(exposed_hidden, by_rank.values()) if s is not None]
+    splits = rank_splits(res)
     if not splits:
         return 0.0, 0.0
     return statistics.fmean(e for e, _ in splits), statistics.fmean(e + h for e, h in splits)

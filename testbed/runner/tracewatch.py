@@ -38,6 +38,8 @@ class IterationWatch:
         for line in lines:
             if line.startswith(_ITER_PREFIX):
                 self._done = max(self._done, json.loads(line)["iter"] + 1)
-            elif line.startswith(_OPT_PREFIX):
+            elif line.startswith(_OPT_PREFIX) and json.loads(line).get("opt", 0) == 0:
+                # the first optimizer to step: a DiLoCo program's outer optimizer, which steps
+                # once per H inner steps, ends no iteration (testbed.readout.traces)
                 self._steps += 1
         return max(self._done, self._steps)

@@ -145,14 +145,19 @@ def exposed_hidden(spans: list[tuple[str, float, float]]) -> tuple[float, float]
     return exposed, max(0.0, total - exposed)
 
 
-def predicted_allreduce(res: SimResult) -> dict[str, Any]:
-    """``predicted_allreduce_exposed_s`` and ``…_hidden_s``: ``exposed_hidden`` of every rank
-    of one simulated iteration, mean over ranks (empty without an all-reduce)."""
+def rank_splits(res: SimResult) -> list[tuple[float, float]]:
+    """``exposed_hidden`` of every rank of one simulated iteration that all-reduced."""
     by_rank: dict[int, list] = defaultdict(list)
     for sp in res.spans:
         if sp.kind.startswith("ALLREDUCE"):
             by_rank[sp.rank].append((sp.kind, sp.t0, sp.t1))
-    splits = [s for s in map(exposed_hidden, by_rank.values()) if s is not None]
+    return [s for s in map(exposed_hidden, by_rank.values()) if s is not None]
+
+
+def predicted_allreduce(res: SimResult) -> dict[str, Any]:
+    """``predicted_allreduce_exposed_s`` and ``…_hidden_s``: ``exposed_hidden`` of every rank
+    of one simulated iteration, mean over ranks (empty without an all-reduce)."""
+    splits = rank_splits(res)
     if not splits:
         return {}
     return {"predicted_allreduce_exposed_s": round(statistics.fmean(e for e, _ in splits), 6),
