@@ -61,17 +61,20 @@ class GradientSync(Strict):
                           "(false: after the rank's last action)")
     bucket_mb: float | None = Field(
         None, gt=0, le=1_000_000,
-        description="all-reduce a stage's gradients in buckets of this many MB (10^6 bytes as "
-                    "sent, bytes_scale applied), one after the other; None: one bucket")
+        description="all-reduce a stage's gradients (diloco/streaming: its pseudo-gradient "
+                    "fragment) in buckets of this many MB (10^6 bytes as sent, bytes_scale "
+                    "applied), one after the other; None: one bucket")
     inner_steps: int = Field(10, ge=1, le=100_000,
                              description="diloco/streaming: local optimizer steps (H) per "
                                          "outer step of each parameter")
     outer_dtype: Literal["fp32", "bf16", "int8", "int4"] = Field(
         "fp32", description="diloco/streaming: the pseudo-gradient's type on the wire (4, 2, "
                             "1 or 0.5 bytes per parameter); real compute sends fp32 only")
-    fragments: int = Field(1, ge=1, le=1024,
+    fragments: int = Field(1, ge=1, le=16,
                            description="streaming: parameter fragments (F), each synchronised "
-                                       "in its own slot of the inner_steps (diloco: 1)")
+                                       "in its own slot of the inner_steps (diloco: 1; at most "
+                                       "16: each stage's fragments have their own message "
+                                       "tags)")
     overlap_steps: int = Field(0, ge=0, le=1,
                                description="streaming: inner steps a fragment's all-reduce "
                                            "runs beside before the rank waits for it (0: "
