@@ -25,7 +25,7 @@ from testbed.spec.source import Loc, Source
 
 MATRIX_KEYWORDS = ("zip", "exclude")
 # Most cells one file may make. A cell runs for half a minute or more, so 10,000 cells are days
-# of runs; validating them all takes about 2 s of CPU here (results/benchmarks/bench_hostile.md). The
+# of runs; validating them all takes about 3 s of CPU here (results/benchmarks/bench_hostile.md). The
 # size is the product of the axis lengths, known before expanding.
 MAX_CELLS = 10_000
 

@@ -25,9 +25,9 @@ from testbed.spec.yaml12 import use_core_schema
 
 Loc = tuple[Any, ...]
 
-# Experiment and topology files are a few KB (the largest shipped is 2 KB). PyYAML (pure Python)
-# parses the densest YAML ("[0,0,0,…]") at about 90 KiB per CPU second here: 64 KiB keeps
-# `validate` of any file near 1 s of CPU (results/benchmarks/bench_hostile.md).
+# Experiment and topology files are a few KB (the largest shipped is 2 KB). The densest YAML
+# ("[0,0,0,…]") at 64 KiB takes about 1 s of CPU to `validate` here through libyaml's parser,
+# about twice that through PyYAML's pure one (results/benchmarks/bench_hostile.md).
 MAX_YAML_BYTES = 64 << 10
 # Deeper than any field path of an experiment file (about 8 levels), far below Python's
 # recursion limit (PyYAML composes nodes recursively).
