@@ -19,15 +19,12 @@ predicted time, and CBA's iteration time over the fixed allocation's from the sa
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from benchrun import add_results_dir, print_table, print_verdicts, run_experiment
-from benchsave import add_save, saved
+from benchrun import print_table, run_checked
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "lightpath-controller.yaml"
@@ -61,23 +58,19 @@ def check(df: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def per_iteration(df: pd.DataFrame, run_dir: Path) -> None:
+    """The CBA cell's controller.csv: slots and rates set, measured and predicted time."""
+    for _, r in df[df["controller_policy"] == "cba"].iterrows():
+        per = pd.read_csv(run_dir / "cells" / r["cell_id"] / "controller.csv")
+        print(f"per iteration, cba ({r['cell_id']}):\n")
+        print_table(per.to_dict("records"), list(per.columns))
+        print()
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_results_dir(ap)
-    add_save(ap)
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, saved("bench_controller", args.save) as out:
-        df, run_dir = run_experiment(EXPERIMENT, (args.results or Path(tmp)) / EXPERIMENT.stem)
-        rows = check(df)
-        for _, r in df[df["controller_policy"] == "cba"].iterrows():
-            per = pd.read_csv(run_dir / "cells" / r["cell_id"] / "controller.csv")
-            print(f"per iteration, cba ({r['cell_id']}):\n")
-            print_table(per.to_dict("records"), list(per.columns))
-            print()
-        fails = print_verdicts(rows, ["cell", "what", "configured", "measured", "gap_pct",
-                                      "verdict"])
-        out.rows(rows)
-    return 1 if fails else 0
+    return run_checked("bench_controller", EXPERIMENT, __doc__, check,
+                       ["cell", "what", "configured", "measured", "gap_pct", "verdict"],
+                       per_iteration)
 
 
 if __name__ == "__main__":

@@ -19,15 +19,12 @@ every_step from the same run.
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from benchrun import add_results_dir, print_verdicts, run_experiment
-from benchsave import add_save, saved
+from benchrun import run_checked
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "benchmarks" / "lowcomm.yaml"
@@ -95,18 +92,10 @@ def check(df: pd.DataFrame) -> list[dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_results_dir(ap)
-    add_save(ap)
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, saved("bench_lowcomm", args.save) as out:
-        df, run_dir = run_experiment(EXPERIMENT, (args.results or Path(tmp)) / EXPERIMENT.stem)
-        print(f"{EXPERIMENT.relative_to(ROOT)}: {len(df)} cells, run {run_dir.name}\n")
-        rows = check(df)
-        fails = print_verdicts(rows, ["cell", "what", "configured", "measured", "gap",
-                                      "verdict"])
-        out.rows(rows)
-    return 1 if fails else 0
+    return run_checked("bench_lowcomm", EXPERIMENT, __doc__, check,
+                       ["cell", "what", "configured", "measured", "gap", "verdict"],
+                       lambda df, run_dir: print(f"{EXPERIMENT.relative_to(ROOT)}: {len(df)} "
+                                                 f"cells, run {run_dir.name}\n"))
 
 
 if __name__ == "__main__":

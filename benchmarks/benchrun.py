@@ -2,11 +2,16 @@
 printing their checks as a Markdown table with the count of failures."""
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
+
+from benchsave import add_save, saved
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,6 +27,26 @@ def run_experiment(exp: Path, out: Path, env: dict | None = None) -> tuple[pd.Da
         raise SystemExit(f"{exp}: exit {res.returncode}\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
     (csv,) = out.glob("*/*/results.csv")
     return pd.read_csv(csv, keep_default_na=False, na_values=[""]), csv.parent
+
+
+def run_checked(name: str, experiment: Path, doc: str,
+                check: Callable[[pd.DataFrame], list[dict]], cols: list[str],
+                between: Callable[[pd.DataFrame, Path], None] | None = None) -> int:
+    """A benchmark that runs one experiment file: parse ``--results``/``--save``, run it, print
+    what ``between`` prints (given the rows and the run directory), then ``check``'s verdicts
+    as ``cols``, saved as ``name``; returns the exit status (1 when a check FAILs)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    add_results_dir(ap)
+    add_save(ap)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, saved(name, args.save) as out:
+        df, run_dir = run_experiment(experiment, (args.results or Path(tmp)) / experiment.stem)
+        rows = check(df)
+        if between is not None:
+            between(df, run_dir)
+        fails = print_verdicts(rows, cols)
+        out.rows(rows)
+    return 1 if fails else 0
 
 
 def add_results_dir(ap) -> None:

@@ -34,7 +34,7 @@ from testbed.sim.inputs import build_input, collective_steps
 from testbed.sim.paths import PathModel
 from testbed.spec import Cell, Experiment
 from testbed.spec.allreduce import hierarchy_problem
-from testbed.spec.costs import FLOAT32_BYTES, gradient_bytes, message_bytes, stage_times
+from testbed.spec.costs import message_bytes, stage_times
 
 log = logging.getLogger(__name__)
 
@@ -115,14 +115,11 @@ class CellPlan:
 def _sim_input(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],
                schedule: Schedule) -> SimInput:
     w = exp.workload
-    pp, dp = w.parallel.pp, w.parallel.dp
-    sync = w.gradient_sync
+    dp, sync = w.parallel.dp, w.gradient_sync
     steps = {}
     if dp > 1 and not sync.outer:  # outer syncs: testbed.plan.outer adds them per iteration
-        numel = [gradient_bytes(w, [s]) // FLOAT32_BYTES for s in range(schedule.n_stages)]
-        bucket = None if sync.bucket_mb is None else max(1, int(sync.bucket_mb * 1e6
-                                                                 / FLOAT32_BYTES))
-        steps = collective_steps(slots, schedule, numel, sync.algorithm, bucket)
+        steps = collective_steps(slots, schedule, grad_numel(w, schedule.n_stages),
+                                 sync.algorithm, sync.bucket_numel)
     return build_input(paths, slots, schedule, c.times, c.message_bytes, dp, steps,
                        sync.overlap)
 

@@ -33,9 +33,7 @@ def sync_input(inner: SimInput, slots: list[Slot], schedule: Schedule, w: Worklo
         return inner
     sync = w.gradient_sync
     wire = [sum(sync.wire_numel(n, f) for f, _ in kind) for n in grad_numel]
-    bucket = None if sync.bucket_mb is None else max(1, int(sync.bucket_mb * 1e6
-                                                            / FLOAT32_BYTES))
-    steps = collective_steps(slots, schedule, wire, sync.algorithm, bucket)
+    steps = collective_steps(slots, schedule, wire, sync.algorithm, sync.bucket_numel)
     return dataclasses.replace(inner, collectives=steps, overlap=False,
                                at_start=any(where == AT_START for _, where in kind))
 

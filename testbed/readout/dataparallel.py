@@ -26,10 +26,9 @@ from typing import Any
 
 from testbed.plan import CellPlan
 from testbed.plan.outer import grad_numel, run_kinds, sync_input
-from testbed.readout.outer import outer_columns, wan_per_step
+from testbed.readout.outer import allreduce_splits, outer_columns, wan_per_step
 from testbed.schedule.ir import Kind
 from testbed.readout.traces import load_traces
-from testbed.sim.collective import exposed_hidden
 from testbed.traceformat import TRACE_GLOB
 from testbed.spec.costs import FLOAT32_BYTES
 from testbed.spec.gradsync import AFTER_LAST_ACTION, OUTER_WARM_UP_ROUNDS
@@ -37,17 +36,7 @@ from testbed.spec.gradsync import AFTER_LAST_ACTION, OUTER_WARM_UP_ROUNDS
 def measured_allreduce(traces: dict[int, list[dict]], warmup: int) -> dict[str, Any]:
     """``allreduce_exposed_s`` and ``allreduce_hidden_s`` from the traces (empty without
     all-reduce records)."""
-    per_iter: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for recs in traces.values():
-        by_iter: dict[int, list] = defaultdict(list)
-        for r in recs:
-            if r.get("type") == "action" and r["kind"].startswith("ALLREDUCE") \
-                    and r["iter"] >= warmup:
-                by_iter[r["iter"]].append((r["kind"], r["t0"] / 1e9, r["t1"] / 1e9))
-        for it, spans in by_iter.items():
-            split = exposed_hidden(spans)
-            if split is not None:
-                per_iter[it].append(split)
+    per_iter = allreduce_splits(traces, lambda it: it >= warmup)
     if not per_iter:
         return {}
     exposed = [statistics.fmean(e for e, _ in v) for v in per_iter.values()]

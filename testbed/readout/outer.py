@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 from testbed.plan import CellPlan
 from testbed.plan.outer import compute_utilization, grad_numel
@@ -72,19 +72,26 @@ def wan_per_step(wire: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def sync_splits(traces: dict[int, list[dict]], measured: set[int]
-                ) -> dict[int, tuple[float, float]]:
-    """Per measured sync step: (stall, total) of its outer all-reduce, mean over ranks."""
+def allreduce_splits(traces: dict[int, list[dict]], keep: Callable[[int], bool]
+                     ) -> dict[int, list[tuple[float, float]]]:
+    """Per iteration ``keep`` accepts: every rank's (exposed, hidden) all-reduce time from its
+    ALLREDUCE records (``testbed.sim.collective.exposed_hidden``; ranks without one left out)."""
     per_iter: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for recs in traces.values():
         by_iter: dict[int, list] = defaultdict(list)
         for r in recs:
             if r.get("type") == "action" and r["kind"].startswith("ALLREDUCE") \
-                    and r["iter"] in measured:
+                    and keep(r["iter"]):
                 by_iter[r["iter"]].append((r["kind"], r["t0"] / 1e9, r["t1"] / 1e9))
         for it, spans in by_iter.items():
             split = exposed_hidden(spans)
             if split is not None:
-                per_iter[it].append((split[0], split[0] + split[1]))
-    return {it: (statistics.fmean(e for e, _ in v), statistics.fmean(t for _, t in v))
-            for it, v in per_iter.items()}
+                per_iter[it].append(split)
+    return per_iter
+
+
+def sync_splits(traces: dict[int, list[dict]], measured: set[int]
+                ) -> dict[int, tuple[float, float]]:
+    """Per measured sync step: (stall, total) of its outer all-reduce, mean over ranks."""
+    return {it: (statistics.fmean(e for e, _ in v), statistics.fmean(e + h for e, h in v))
+            for it, v in allreduce_splits(traces, measured.__contains__).items()}

@@ -98,6 +98,12 @@ class GradientSync(Strict):
         return self
 
     @property
+    def bucket_numel(self) -> int | None:
+        """``bucket_mb`` as float32 elements (at least one); None: one bucket."""
+        return None if self.bucket_mb is None else max(1, int(self.bucket_mb * 1e6
+                                                                / OUTER_DTYPE_BYTES["fp32"]))
+
+    @property
     def outer(self) -> bool:
         """Whether the replicas sync rarely (diloco, streaming) instead of every step."""
         return self.mode != "every_step"

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from testbed.spec.allreduce import rank_steps
-from testbed.spec.costs import FLOAT32_BYTES, bytes_factor, stage_params
+from testbed.spec.costs import bytes_factor, stage_params
 from testbed.spec.gradsync import AFTER_LAST_ACTION
 from testbed.topology import Slot
 from testbed.topology.slot import single_host_placement
@@ -47,9 +47,7 @@ class DataParallel:
         """This rank's all-reduce steps for each of its stages (``testbed.spec.allreduce``)."""
         ctx, sync = self.ctx, self.w.gradient_sync
         numel = self._grad_numel()
-        bucket = None if sync.bucket_mb is None else max(1, int(sync.bucket_mb * 1e6
-                                                                 / FLOAT32_BYTES))
-        steps = {s: rank_steps(placement, ctx.rank, n, sync.algorithm, bucket)
+        steps = {s: rank_steps(placement, ctx.rank, n, sync.algorithm, sync.bucket_numel)
                  for s, n in numel.items()}
         return GradientRing(steps, group, numel, self.tr, transport)
 

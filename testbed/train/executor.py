@@ -120,7 +120,7 @@ class Executor(DataParallel):
         recvs = self._post_receives()
         sends: list[Any] = []
         reducing = []
-        outer = self.outer.start(it, AT_START) if self.outer else []
+        outer = self.outer.start(it, AT_START) if self.outer is not None else []
         for i, a in enumerate(self.actions):
             self._do(it, a, st, recvs, sends)
             if self.ctx.dp > 1 and self.grads_done_at.get(a.stage) == i:
@@ -136,7 +136,8 @@ class Executor(DataParallel):
         each, all at once, before the first iteration: a fresh TCP connection starts with a
         small window and needs about ten round trips to open it, which the warm-up iteration
         would otherwise pay boundary after boundary. Nothing is measured here. diloco/streaming
-        also run one outer all-reduce (outer.py): no warm-up iteration syncs."""
+        also run their outer all-reduces' warm-up rounds (outer.py): no warm-up iteration
+        syncs."""
         peers = sorted({self.ctx.global_rank(n) for s in self.stages for n in (s - 1, s + 1)
                         if 0 <= n < self.n_stages} - {self.ctx.rank})
         if self.ordered:  # NCCL: communicators open pair by pair, in one global order

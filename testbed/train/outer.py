@@ -21,7 +21,6 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from testbed.spec.allreduce import rank_steps
-from testbed.spec.costs import FLOAT32_BYTES
 from testbed.spec.gradsync import AT_START, OUTER_WARM_UP_ROUNDS
 from testbed.train.rank import ns
 from testbed.train.ring import GradientRing
@@ -46,8 +45,6 @@ class OuterSync:
         self.ex, self.sync = executor, executor.w.gradient_sync
         self.real, self.numel = executor.real, numel
         self.frags = self.sync.outer_fragments
-        bucket = None if self.sync.bucket_mb is None else max(1, int(self.sync.bucket_mb * 1e6
-                                                                      / FLOAT32_BYTES))
         steps, sizes = {}, {}
         for s, n in numel.items():
             for f in range(self.frags):
@@ -55,7 +52,7 @@ class OuterSync:
                 sizes[key] = (self.sync.fragment_numel(n, f)[1] if self.real
                               else self.sync.wire_numel(n, f))
                 steps[key] = rank_steps(placement, executor.ctx.rank, sizes[key],
-                                        self.sync.algorithm, bucket)
+                                        self.sync.algorithm, self.sync.bucket_numel)
         self.ring = GradientRing(steps, group, sizes, executor.tr, transport)
         self.anchor: dict[int, torch.Tensor] = {}
         self.momentum: dict[int, torch.Tensor] = {}

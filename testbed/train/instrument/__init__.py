@@ -99,11 +99,10 @@ class Instrument:
 
     def collective(self, t0: int, t1: int, nbytes: int, blocking: bool) -> None:
         """Record one ``all_reduce`` call (``collectives``): anywhere in the program, not only
-        inside a step; the readout places it in the iteration it falls in."""
-        tr = self._trace()
-        tr.record(type="collective", op="all_reduce", t0=t0, t1=t1, bytes=nbytes,
-                  blocking=blocking)
-        tr.flush()
+        inside a step; the readout places it in the iteration it falls in. Not flushed here (a
+        program may call it per tensor): the next optimizer step or the trace's end does."""
+        self._trace().record(type="collective", op="all_reduce", t0=t0, t1=t1, bytes=nbytes,
+                             blocking=blocking)
 
     def optimizer_step(self, optimizer=None) -> None:
         """Record that an optimizer finished a step (``opt``: its end on this rank's clock):
