@@ -35,7 +35,6 @@ from testbed.train.rank import RankContext
 from testbed.train.filler import TAIL, Filler, NoFiller
 from testbed.train.sync import (StartSync, controller_gate, default_store,
                                  store_round_trip_ns)
-from testbed.train.torch_executor import TorchExecutor, pipeline_groups
 from testbed.train.trace import Tracer
 from testbed.train.transport import Transport, connection_groups
 
@@ -195,6 +194,8 @@ def _executor(cell: CellFile, slot, world: int, tracer, info: dict, backend: str
                   torch_version=torch.__version__, clock="monotonic",
                   dist_backend=backend, device=str(device))
     if w.executor == "torch":
+        # pipelining costs ~1.4 s to import: only here (the zygote warms it, WARMED)
+        from testbed.train.torch_executor import TorchExecutor, pipeline_groups
         pipes = pipeline_groups(pp, dp)
         return TorchExecutor(ctx, w, tracer, dp_group, pipes[ctx.dp_rank],
                              placement=cell.placement), NoFiller()

@@ -30,6 +30,7 @@ import sys
 from typing import Any
 
 PRELOADED = ("testbed.train.worker",)
+WARMED = ("testbed.train.torch_executor",)  # imported by the worker only where it is used
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 
@@ -117,6 +118,8 @@ def serve() -> int:
     """Import the preloaded modules, say ready, then fork a rank per request until stdin ends."""
     die_with_parent()
     modules = {m: importlib.import_module(m) for m in PRELOADED}
+    for m in WARMED:
+        importlib.import_module(m)
     gc.collect()
     gc.freeze()  # keep the imported objects' pages shared: the collector never touches them
     wake_r, wake_w = os.pipe()
