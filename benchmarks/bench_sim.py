@@ -21,6 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from testbed.readout.executorcosts import executor_costs, message_latencies
 from testbed.readout.traces import load_traces, metrics_from_traces
 from testbed.topology import DC, Topology
 from testbed.schedule.registry import SCHEDULES
@@ -97,67 +98,19 @@ def print_table(rows: list[dict]) -> bool:
 # ---------------------------------------------------------------- calibration
 
 
-def _actions(cell: Path) -> tuple[dict, dict]:
-    """Per rank: measured action records and iteration records."""
-    acts, iters = {}, {}
-    for rank, recs in load_traces(cell).items():
-        acts[rank] = [r for r in recs if r.get("type") == "action" and r["iter"] >= 1]
-        iters[rank] = {r["iter"]: r for r in recs if r.get("type") == "iter" and r["iter"] >= 1}
-    return acts, iters
-
-
-def _latencies(acts: dict) -> list[float]:
-    """Start of a send to the end of its receive, where the receiver was already waiting."""
-    sends = {(a["iter"], a["kind"][5], a["stage"], a["mb"]): a
-             for recs in acts.values() for a in recs if a["kind"].startswith("SEND_")}
-    out = []
-    for recs in acts.values():
-        for a in recs:
-            if not a["kind"].startswith("RECV_"):
-                continue
-            d = a["kind"][5]
-            src = sends.get((a["iter"], d, a["stage"] - 1 if d == "F" else a["stage"] + 1,
-                             a["mb"]))
-            if src and src["t0"] > a["t0"]:
-                out.append((a["t1"] - src["t0"]) / 1e9)
-    return out
-
-
-def _costs(cell: Path) -> dict[str, float]:
-    acts, iters = _actions(cell)
-    configured = {"F": F_MS, "B": B_MS, "I": B_MS / 2, "W": B_MS / 2}
-    over, gap, send, post = [], [], [], []
-    for rank, recs in acts.items():
-        for prev, a in zip(recs, recs[1:]):
-            if prev["iter"] == a["iter"]:
-                gap.append((a["t0"] - prev["t1"]) / 1e9)
-        for a in recs:
-            if a["cat"] == "compute":
-                over.append((a["t1"] - a["t0"]) / 1e9 - configured[a["kind"]] / 1000)
-            elif a["kind"].startswith("SEND_"):
-                send.append((a["t1"] - a["t0"]) / 1e9)
-        n_recv = sum(a["kind"].startswith("RECV_") for a in recs) / len(iters[rank])
-        for it, rec in iters[rank].items():
-            first = next(a for a in recs if a["iter"] == it)
-            post.append((first["t0"] - rec["t0"]) / 1e9 / max(n_recv, 1))
-    med = statistics.median
-    return {"SLEEP_OVERSHOOT_S": med(over), "ACTION_GAP_S": med(gap), "SEND_CALL_S": med(send),
-            "MESSAGE_LATENCY_S": med(_latencies(acts)), "POST_RECV_S": med(post)}
-
-
 def calibrate(out: Path) -> None:
     costs = []
     for name, pp in (("gpipe", 2), ("1f1b", 4), ("zbv", 4)):
         cell = out / f"cal-{name}-{pp}"
         run_local(workload(name, pp), cell, timeout_s=300)
-        costs.append(_costs(cell))
+        costs.append(executor_costs(load_traces(cell)))
         print(f"{name} pp={pp}: " + ", ".join(f"{k}={v * 1e6:.0f} µs"
                                                for k, v in costs[-1].items()))
     w = workload("gpipe", 2, LARGE)
     cell = out / "cal-large"
     run_local(w, cell, timeout_s=300)
-    large = statistics.median(_latencies(_actions(cell)[0]))
-    small = statistics.median(c["MESSAGE_LATENCY_S"] for c in costs)
+    large = statistics.fmean(message_latencies(load_traces(cell)))
+    small = statistics.median(c["MESSAGE_LATENCY_S"] for c in costs)  # the middle run's
     nbytes = LARGE.seq_len * LARGE.hidden * 4
     print(f"{nbytes} B messages: latency {large * 1e3:.2f} ms → unshaped "
           f"{nbytes / (large - small) / 1e9:.2f} GB/s (small-message latency {small * 1e6:.0f} µs)")

@@ -8,6 +8,11 @@ are the middle of the medians of three runs: gpipe on 2 ranks, 1f1b and zbv on 4
 (several hundred actions each); the three medians are given beside each constant.
 They are small next to millisecond compute, so a few tens of µs of error here move a
 prediction by well under 1 %. Re-run the calibration on other machines.
+
+The calibration now prints means (``testbed.readout.executorcosts``: the simulator adds these
+costs up, so the slow tail counts), 1.4–2.3× the medians below on a later day
+(``results/benchmarks/bench_sim_calibrate.md``). The constants are still the medians: moving
+them moves every prediction by about 1 % and the committed predictions would need re-running.
 """
 from __future__ import annotations
 

@@ -92,8 +92,11 @@ def test_time_varying_step_is_applied_and_read_back(tmp_path):
     topo = two_dc_stepping(5, at_s=1.5, to_delay_ms=20)
     with emulated_network(topo, shaper="netem", workdir=tmp_path) as (net, sh):
         player = StepPlayer(sh, net.links)
-        player.start()
+        # the RTT before the step is measured before the player starts: in UML the probe's
+        # Python alone can take longer than 1.5 s to start, and CI once had its pings straddle
+        # the step (median 25.4 ms for 10 configured)
         before, _ = rtt(net, *ends(net), count=10)
+        player.start()
         deadline = time.monotonic() + 1.5 + STEP_LATENESS_S
         while not player.applied and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -12,10 +12,12 @@ import time
 import pytest
 
 from testbed.errors import WorkerError
+from testbed.readout.executorcosts import executor_costs
 from testbed.readout.traces import load_traces, losses, metrics_from_traces
 from testbed.readout.perfetto import export
 from testbed.plan import plan_cell
 from testbed.spec import Compute, Experiment, ModelSpec, Parallel, Workload
+from testbed.sim import calibration
 from testbed.spec.matrix import Cell
 from testbed.topology import DC, Topology
 from testbed.launch.loopback import free_port, run_local, write_cell
@@ -43,21 +45,26 @@ def worker_pids() -> set[int]:
 @pytest.mark.alone  # the bubble and span against the simulator and theory: measured time
 @pytest.mark.parametrize("m", [4, 8, 16])
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_emulated_bubble_matches_theory(tmp_path, schedule, m):
+def test_emulated_bubble_matches_theory(tmp_path, monkeypatch, schedule, m):
     # 4 ranks, F = 20 ms, B = 40 ms, no added latency. (p − 1) / (m + p − 1) counts no time
     # for messages; every hop over loopback costs the executor's fixed costs
-    # (testbed/sim/calibration.py), which put the measured bubble 1–2.5 points above it on
-    # this project's machines (CI: 0.297 for 1f1b, m = 8, against 0.273). So the measured
-    # bubble is held within 2 points of the simulator's prediction of this very run (the
-    # theory plus those costs), and never below the theory itself.
+    # (testbed/sim/calibration.py), which put the measured bubble 1–3 points above it on this
+    # project's machines. Those costs drift from day to day on a shared 2-core machine by as
+    # much as they are worth (CI measured 0.195 for 1f1b, m = 16, against 0.167 predicted with
+    # the costs calibrated earlier). So the measured bubble is held within 2 points of the
+    # simulator's prediction of this very run with the costs this run measured
+    # (testbed.readout.executorcosts), and never below the theory itself.
     p = 4
     w = Workload(model=TINY_MODEL, parallel=Parallel(pp=p), schedule=schedule, microbatches=m,
-                 compute=Compute(forward_ms=20, backward_ms=40), iterations=4, warmup=1)
+                 compute=Compute(forward_ms=20, backward_ms=40), iterations=6, warmup=1)
     run_local(w, tmp_path, timeout_s=120)
     got = metrics_from_traces(tmp_path, w)
     theory = (p - 1) / (m + p - 1)
+    calibrated = loopback_prediction(w)["predicted_bubble_ratio"]
+    assert theory < calibrated < theory + 0.02  # the costs are small beside 60 ms
+    for name, seconds in executor_costs(load_traces(tmp_path)).items():
+        monkeypatch.setattr(calibration, name, seconds)
     predicted = loopback_prediction(w)["predicted_bubble_ratio"]
-    assert predicted == pytest.approx(theory, abs=0.01)  # the costs are small beside 60 ms
     assert got["bubble_ratio"] == pytest.approx(predicted, abs=0.02), (got, predicted)
     assert got["bubble_ratio"] > theory - 0.005, (got, theory)
     # the span is at least the ideal (m + p − 1)(F + B) and not much more
