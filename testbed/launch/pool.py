@@ -29,6 +29,7 @@ from typing import Any
 
 from testbed.errors import MachineError, WorkerError
 from testbed.process import STOP_GRACE_S, describe_exit
+from testbed.train.zygote import TORCH_EXECUTOR
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,8 @@ class RankPool:
     network namespaces on this machine. A context manager: closing it ends the zygote and,
     with it, any rank still running."""
 
-    def __init__(self, python: str):
-        self.python = python
+    def __init__(self, python: str, warm: tuple[str, ...] = (TORCH_EXECUTOR,)):
+        self.python, self.warm_modules = python, warm
         self.proc: subprocess.Popen | None = None
         self.exits: dict[int, int] = {}
         self._replies: list[dict[str, Any]] = []
@@ -126,7 +127,8 @@ class RankPool:
             log.warning("%s; starting a new one", self._death())
             self._forget()
         if self.proc is None:
-            self.proc = subprocess.Popen([self.python, "-m", ZYGOTE_MODULE],
+            argv = [self.python, "-m", ZYGOTE_MODULE, *self.warm_modules]
+            self.proc = subprocess.Popen(argv,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             os.set_blocking(self.proc.stdout.fileno(), False)
             log.info("rank interpreter started (pid %d)", self.proc.pid)
@@ -142,10 +144,10 @@ class RankPool:
         replaced."""
         return zygote is not self.proc or self._eof
 
-    def start(self, netns: str, module: str, args: list[str], env: dict[str, str],
+    def start(self, netns: str | None, module: str, args: list[str], env: dict[str, str],
               log_path: PurePath, cwd: PurePath | None = None) -> PooledRank:
-        """Fork ``module``'s ``main(args)`` inside the network namespace at ``netns`` with
-        ``env`` added, stdout and stderr appended to ``log_path``, in ``cwd``. Raises
+        """Fork ``module``'s ``main(args)`` inside the network namespace at ``netns`` (None:
+        the zygote's own) with ``env`` added, stdout and stderr appended to ``log_path``, in ``cwd``. Raises
         WorkerError when the zygote refuses or has died, MachineError when it never got ready."""
         self._await_ready()
         self._next_id += 1

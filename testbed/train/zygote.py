@@ -30,7 +30,9 @@ import sys
 from typing import Any
 
 PRELOADED = ("testbed.train.worker",)
-WARMED = ("testbed.train.torch_executor",)  # imported by the worker only where it is used
+# imported by the worker only where it is used; the runner's zygote warms it (its command line
+# names the modules to warm: ``python -m testbed.train.zygote [MODULE…]``)
+TORCH_EXECUTOR = "testbed.train.torch_executor"
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 
@@ -67,7 +69,8 @@ def _child(req: dict[str, Any], modules: dict[str, Any]) -> None:
         os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        enter_netns(req["netns"])
+        if req.get("netns"):  # none: the zygote's own (loopback runs)
+            enter_netns(req["netns"])
         if req.get("cwd"):
             os.chdir(req["cwd"])
         os.environ.update(req["env"])
@@ -114,11 +117,12 @@ def _reap(children: set[int]) -> None:
         _say({"pid": pid, "exit": os.waitstatus_to_exitcode(status)})
 
 
-def serve() -> int:
-    """Import the preloaded modules, say ready, then fork a rank per request until stdin ends."""
+def serve(warm: list[str]) -> int:
+    """Import the preloaded modules and those to ``warm``, say ready, then fork a rank per
+    request until stdin ends."""
     die_with_parent()
     modules = {m: importlib.import_module(m) for m in PRELOADED}
-    for m in WARMED:
+    for m in warm:
         importlib.import_module(m)
     gc.collect()
     gc.freeze()  # keep the imported objects' pages shared: the collector never touches them
@@ -148,4 +152,4 @@ def serve() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve())
+    sys.exit(serve(sys.argv[1:]))

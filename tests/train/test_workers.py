@@ -36,8 +36,9 @@ def workload(**kw) -> Workload:
 
 
 def worker_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "testbed.train.worker"], capture_output=True,
-                         text=True, check=False)
+    """Every built-in worker process: started by itself, or forked by a rank interpreter."""
+    out = subprocess.run(["pgrep", "-f", r"testbed\.train\.(worker|zygote)"],
+                         capture_output=True, text=True, check=False)
     return {int(p) for p in out.stdout.split()}
 
 
