@@ -88,11 +88,10 @@ case "${1:-quickstart}" in
     ;;
   test)
     shift || true
-    # One process by default. TESTBED_TEST_WORKERS=4 runs pytest-xdist workers side by side
-    # (tests that measure time run alone: tests/conftest.py, docs/development.md); on this
-    # 2-core machine that took 20.5 min against 24-26 serially, and some timing tests still
-    # failed beside the others, so it is not the default yet.
-    workers=${TESTBED_TEST_WORKERS:-0}
+    # Three pytest-xdist workers side by side by default: most tests wait on emulated compute
+    # and delays; tests that measure time run alone (tests/conftest.py, docs/development.md).
+    # TESTBED_TEST_WORKERS=0 runs everything in this one process.
+    workers=${TESTBED_TEST_WORKERS:-3}
     log "running the test suite$([ "$workers" != 0 ] && echo " on $workers workers")"
     if [ "$workers" != 0 ]; then
       exec .venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"
