@@ -128,8 +128,7 @@ class RankPool:
             self._forget()
         if self.proc is None:
             argv = [self.python, "-m", ZYGOTE_MODULE, *self.warm_modules]
-            self.proc = subprocess.Popen(argv,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             os.set_blocking(self.proc.stdout.fileno(), False)
             log.info("rank interpreter started (pid %d)", self.proc.pid)
 
@@ -147,8 +146,9 @@ class RankPool:
     def start(self, netns: str | None, module: str, args: list[str], env: dict[str, str],
               log_path: PurePath, cwd: PurePath | None = None) -> PooledRank:
         """Fork ``module``'s ``main(args)`` inside the network namespace at ``netns`` (None:
-        the zygote's own) with ``env`` added, stdout and stderr appended to ``log_path``, in ``cwd``. Raises
-        WorkerError when the zygote refuses or has died, MachineError when it never got ready."""
+        the zygote's own) with ``env`` added, stdout and stderr appended to ``log_path``, in
+        ``cwd``. Raises WorkerError when the zygote refuses or has died, MachineError when it
+        never got ready."""
         self._await_ready()
         self._next_id += 1
         req = {"id": self._next_id, "module": module, "args": args, "env": env,
