@@ -190,15 +190,25 @@ def _drop_counters(net) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _resolve_neighbours_through_loss(net, a, b, tries: int = 8) -> None:
+    """Ping until a reply comes back: every ARP entry on the way there and back is then
+    resolved. A burst sent earlier waits in ARP's unresolved queue (about 100 packets, the
+    rest dropped before any qdisc sees them), and with 20 % loss each way a fixed number of
+    pings can end before resolution does (CI once saw 2 netem drops and no burst)."""
+    for _ in range(tries):
+        if net.run(a, ["ping", "-n", "-q", "-c", "10", "-i", "0.1", "-W", "1", str(b.ip)],
+                   check=False, timeout=60).returncode == 0:
+            return
+    raise AssertionError(f"no ping reply from {b.ip} in {tries} rounds of 10")
+
+
 def test_netem_reports_its_drop_counters_and_no_emulator_drops(tmp_path):
     """netem's counter holds its configured loss and its tbf child's queue drops (netem counts
     a child's drop again): queue_drops reports it; drops() (the emulator's own) is empty."""
     topo = two_dc(delay_ms=1, loss_pct=20, rate_mbit=1, queue={"bytes": 3000})
     with emulated_network(topo, shaper="netem", workdir=tmp_path) as (net, sh):
         a, b = ends(net)
-        # neighbours resolved first (through the 20 % loss), or the burst waits on ARP
-        net.run(a, ["ping", "-n", "-q", "-c", "10", "-i", "0.1", "-W", "1", str(b.ip)],
-                check=False, timeout=60)
+        _resolve_neighbours_through_loss(net, a, b)
         # 300 × 1.4 KB at once: far more than tbf's burst (2 × 64 KB) and 3000 bytes of queue
         net.run(a, [sys.executable, "-c", UDP_BURST, str(b.ip)], timeout=60)
         before = _drop_counters(net)
