@@ -7,7 +7,8 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.table import Table
@@ -21,6 +22,10 @@ COLUMNS = {  # predict() key → column title
     "predicted_exposed_comm_s": "comm wait s",
     "predicted_peak_inflight_per_stage": "in flight per stage",
 }
+
+
+MAX_TABLE_ROWS = 200
+EXHAUSTIVE_TIMELINE_RANKS = 256
 
 
 def add_subcommands(sub) -> None:
@@ -41,43 +46,87 @@ def add_subcommands(sub) -> None:
                         "columns and schedule_rule")
     p.add_argument("--json", type=Path, metavar="FILE",
                    help="the same rows as a JSON list of objects")
+    p.add_argument("--parquet", type=Path, metavar="FILE",
+                   help="the same rows as a Parquet table (per-stage lists as list columns)")
+    p.add_argument("--jobs", "-j", type=int, metavar="N",
+                   help="simulate in N processes (default: one per core)")
+    p.add_argument("--max-rows", type=int, default=MAX_TABLE_ROWS, metavar="N",
+                   help=f"print at most N cells' rows (default {MAX_TABLE_ROWS}; every row "
+                        "goes to --csv/--json/--parquet)")
     p.set_defaults(func=_simulate)
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from testbed.plan import plan_all
+    from testbed.plan.predictsweep import predict_cells
     from testbed.spec import load_experiment
 
     if args.memory_limit is not None and args.memory_limit < 1:
         raise SpecError([Problem("--memory-limit", 0, 0, "", "must be at least 1 microbatch")])
-    for flag, out in (("--csv", args.csv), ("--json", args.json)):
+    if args.jobs is not None and args.jobs < 1:
+        raise SpecError([Problem("--jobs", 0, 0, "", "must be at least 1 process")])
+    for flag, out in (("--csv", args.csv), ("--json", args.json), ("--parquet", args.parquet)):
         if out is not None and not out.parent.is_dir():
             raise SpecError([Problem(str(out), 0, 0, flag, f"no directory {out.parent}")])
     le = load_experiment(args.experiment)
-    plans = plan_all(le)
-    rows = [(p.cell, _predict_cell(p, args.memory_limit)) for p in plans]
+    with _progress() as tick:
+        records = predict_cells(le, args.jobs, tick)
+    if args.memory_limit is not None:
+        for r in records:
+            r["predicted_memory_ok"] = r["predicted_peak_inflight"] <= args.memory_limit
     console = Console(width=None if sys.stdout.isatty() else 160)  # logs: no squeezing
-    console.print(_table(le, rows, args.memory_limit))
-    records = [{"cell_id": c.cell_id, **c.params, **pred} for c, pred in rows]
+    console.print(_table(le, records, args.memory_limit, args.max_rows))
+    if len(records) > args.max_rows:
+        console.print(f"{len(records) - args.max_rows} more cells: see --csv, --json or "
+                      "--parquet", highlight=False)
     if args.csv:
         with writing(args.csv):
             _write_csv(records, args.csv)
     if args.json:
         with writing(args.json):
             args.json.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
+    if args.parquet:
+        with writing(args.parquet):
+            _write_parquet(records, args.parquet)
     if args.timeline:
         with writing(args.timeline):
-            return _write_timeline(le, plans, args.cell, args.timeline)
+            chosen = [c for c in le.cells if args.cell in (None, c.cell_id)][:1]
+            return _write_timeline(le, plan_all(le, chosen) if chosen else [], args.cell,
+                                   args.timeline)
     return EXIT_OK
 
 
-def _predict_cell(plan, memory_limit: int | None) -> dict[str, Any]:
-    """``predict`` of a cell's plan, plus ``schedule_rule``: which of its generator's variants
-    the schedule is (``crosspipe_greedy``: the rule that won; else empty). Raises
-    SimulationError when the cell cannot be simulated."""
-    from testbed.plan import predict
+@contextmanager
+def _progress() -> Iterator[Callable[[int, int], None]]:
+    """A progress bar with the time left on stderr, shown once there is more than one plan
+    to simulate."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
 
-    return {**predict(plan, memory_limit), "schedule_rule": plan.schedule.variant}
+    bar = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = None
+
+    def tick(done: int, total: int) -> None:
+        nonlocal task
+        if total < 2:
+            return
+        if task is None:
+            bar.start()
+            task = bar.add_task("cells", total=total)
+        bar.update(task, completed=done)
+
+    try:
+        yield tick
+    finally:
+        bar.stop()
+
+
+def _write_parquet(records: list[dict[str, Any]], out: Path) -> None:
+    import pandas as pd
+
+    pd.DataFrame.from_records(records).to_parquet(out, index=False)
 
 
 def _write_csv(records: list[dict[str, Any]], out: Path) -> None:
@@ -90,18 +139,18 @@ def _write_csv(records: list[dict[str, Any]], out: Path) -> None:
             w.writerow({k: _fmt(v) if isinstance(v, list) else v for k, v in r.items()})
 
 
-def _table(le, rows, memory_limit: int | None) -> Table:
+def _table(le, records, memory_limit: int | None, max_rows: int) -> Table:
     axes = list(le.cells[0].params) if le.cells else []
-    t = Table(title=f"{le.experiment.name}: predicted, {len(rows)} cells")
+    t = Table(title=f"{le.experiment.name}: predicted, {len(records)} cells")
     for name in ["cell id", *(a.rsplit(".", 1)[-1] for a in axes), *COLUMNS.values()]:
         t.add_column(name, no_wrap=True)
     if memory_limit is not None:
         t.add_column(f"≤ {memory_limit} in flight")
-    for cell, pred in rows:
+    for pred in records[:max_rows]:
         values = [_fmt(pred[k]) for k in COLUMNS]
         if memory_limit is not None:
             values.append("yes" if pred["predicted_memory_ok"] else "[red]NO[/red]")
-        t.add_row(cell.cell_id, *(str(cell.params[a]) for a in axes), *values)
+        t.add_row(pred["cell_id"], *(str(pred[a]) for a in axes), *values)
     return t
 
 
@@ -120,7 +169,10 @@ def _write_timeline(le, plans, cell_id: str | None, out: Path) -> int:
         raise SpecError([Problem(str(le.path), 0, 0, "--cell", f"no cell {cell_id!r}; "
                                                                 f"cells: {ids}")])
     cell = chosen[0].cell
-    res = run(chosen[0].sim_input())
+    inp = chosen[0].sim_input()
+    # every ring step as its own span where the picture can show them
+    inp.exhaustive = len(chosen[0].slots) <= EXHAUSTIVE_TIMELINE_RANKS
+    res = run(inp)
     if out.suffix == ".json":
         spans = [vars(s) for s in res.spans]
         out.write_text(json.dumps({"cell_id": cell.cell_id, "params": cell.params,

@@ -12,6 +12,7 @@ from testbed.plan.placement import capacity_problem
 from testbed.plan.cellplan import CellPlan, plan_cell
 from testbed.plan.phases import at_iteration_problem
 from testbed.spec import Cell, LoadedExperiment
+from testbed.topology import emulation_problems as topology_emulation_problems
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,16 @@ def capacity_problems(le: LoadedExperiment, cells: list[Cell] | None = None) -> 
                                c.experiment.placement, w.ranks_per_host)
         why = why or at_iteration_problem(c.experiment)
         if why:
-            out.append(_problem(le, c, why))
+            out.append(problem_of(le, c, why))
     return out
+
+
+def emulation_problems(le: LoadedExperiment, plans: list[CellPlan],
+                       max_hosts_per_dc: int | None) -> list[Problem]:
+    """Cells whose network the backend cannot build (``testbed.topology.emulation_problems``): what
+    ``run`` refuses before building anything; prediction takes them."""
+    return [problem_of(le, p.cell, why) for p in plans
+            for why in topology_emulation_problems(p.topology, max_hosts_per_dc)]
 
 
 def plan_all(le: LoadedExperiment, cells: list[Cell] | None = None) -> list[CellPlan]:
@@ -40,14 +49,14 @@ def plan_all(le: LoadedExperiment, cells: list[Cell] | None = None) -> list[Cell
         try:
             plans.append(plan_cell(c))
         except SpecError as e:
-            problems += [_problem(le, c, p.message) for p in e.problems]
+            problems += [problem_of(le, c, p.message) for p in e.problems]
         except TestbedError as e:
-            problems.append(_problem(le, c, str(e)))
+            problems.append(problem_of(le, c, str(e)))
     if problems:
         raise SpecError(problems)
     return plans
 
 
-def _problem(le: LoadedExperiment, cell: Cell, message: str) -> Problem:
+def problem_of(le: LoadedExperiment, cell: Cell, message: str) -> Problem:
     return Problem(str(le.path), 0, 0, f"cell {cell.cell_id} ({cell.label})",
                    f"cannot be planned: {message}")

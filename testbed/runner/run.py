@@ -24,8 +24,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from testbed.errors import (EXIT_CELLS_FAILED, EXIT_OK, Problem, SpecError, StorageError,
                             writing)
-from testbed.net.backends import experiment_backend
-from testbed.plan import CellPlan, plan_all
+from testbed.net.backends import backend_class, experiment_backend
+from testbed.plan import CellPlan, emulation_problems, plan_all
 from testbed.runner.cell import CellRunner
 from testbed.runner.control import run_controls
 from testbed.runner.store import RunStore
@@ -142,6 +142,9 @@ def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int,
     le = load_experiment(path)
     plans = plan_all(le, select_cells(le, opts.only))
     exp = le.experiment
+    too_big = emulation_problems(le, plans, backend_class(exp.backend).max_hosts_per_dc)
+    if too_big:
+        raise SpecError(too_big)
     try:  # nothing has run yet: a results directory that cannot be written is exit 3
         store = open_store(le, opts)
         store.write_json("resolved.json", {p.cell.cell_id: resolved(p) for p in plans})

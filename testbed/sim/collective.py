@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from testbed.sim import calibration as C
 from testbed.sim.iteration import Path, SimInput, SimResult, Span
+from testbed.sim.rings import Ring, ring_times
 from testbed.spec.allreduce import Step
 from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
 
@@ -53,13 +54,56 @@ class Collectives:
         self.arrived: dict[tuple, float] = {}    # (stage, rank, i) → the bytes it receives
         self.issued: set[tuple] = set()
         self.ended: dict[tuple[int, int], float] = {}  # (stage, rank) → all steps done
+        self.lone_stage: dict[int, bool] = {}
+        self.lone: dict[Ring, bool] = {}
+        self.deferred: dict[tuple[int, Ring], dict[int, float]] = {}
+        self._stages: dict[int, list[int]] = {}
 
     def steps(self, stage: int, rank: int) -> list[Step]:
         return self.inp.collectives.get(rank, {}).get(stage, [])
 
     def start(self, t: float, stage: int, rank: int) -> None:
         """Rank ``rank``'s all-reduce of ``stage`` begins at ``t``."""
+        ring = self._lone_ring(stage, rank)
+        if ring is not None:  # timed at once when the iteration's events are done
+            self.deferred.setdefault((stage, ring), {})[rank] = t
+            return
         self._post(t, stage, rank, 0)
+
+    def _lone_ring(self, stage: int, rank: int) -> Ring | None:
+        """``stage``'s ring through ``rank`` when nothing else shares its transfers'
+        resources (``testbed.sim.rings``), else None (also with ``exhaustive``)."""
+        ring_of = getattr(self.inp.collectives, "ring", None)
+        if self.inp.exhaustive or ring_of is None:
+            return None
+        ring = ring_of(stage, rank)
+        if ring is not None and ring not in self.lone:
+            k = len(ring.ranks)
+            self.lone[ring] = all(
+                len(self.stages_of(r)) == 1
+                and not self.inp.path(r, ring.ranks[(j + 1) % k]).hops
+                for j, r in enumerate(ring.ranks))
+        return ring if ring is not None and self.lone[ring] else None
+
+    def finish(self) -> None:
+        """Time the deferred rings whose ranks all started (a ring missing one never ends,
+        as in the event model: the engine reports the deadlock)."""
+        for (stage, ring), starts in self.deferred.items():
+            if len(starts) < len(ring.ranks):
+                continue
+            k = len(ring.ranks)
+            nxt = [ring.ranks[(j + 1) % k] for j in range(k)]
+            times = ring_times(ring, [starts[r] for r in ring.ranks],
+                               [self.inp.path(r, n) for r, n in zip(ring.ranks, nxt)],
+                               [self.inp.path(n, r) for r, n in zip(ring.ranks, nxt)])
+            for j, r in enumerate(ring.ranks):
+                self.ended[(stage, r)] = float(times.done[j])
+                # one record from the first post to the last bytes out: what the readouts
+                # take of the steps (their first start, their last end)
+                self.spans.append(Span(r, "ALLREDUCE_STEP", stage, None,
+                                       float(times.first_posted[j]),
+                                       float(times.last_left[j]), "comm"))
+        self.deferred.clear()
 
     def _post(self, t: float, stage: int, rank: int, i: int) -> None:
         steps = self.steps(stage, rank)
@@ -87,7 +131,8 @@ class Collectives:
         st = self.steps(stage, src)[i]
         total = st.numel * FLOAT32_BYTES
         path = self.inp.path(src, dst)
-        quantum = quantum_bytes(path, total, sent)
+        quantum = (total - sent) if (not self.inp.exhaustive and self._alone(path, src)) \
+            else quantum_bytes(path, total, sent)
         hops = path.hops + (f"dp {src}->{dst}",)
         start = max([t] + [self.hop_free[h] for h in hops])
         left = start + path.serialization_s(max(0.0, quantum - self._burst(path, start)))
@@ -102,6 +147,17 @@ class Collectives:
                                left, "comm"))
         self._try_finish(stage, src, i)
         self._try_finish(stage, dst, i)
+
+    def _alone(self, path: Path, src: int) -> bool:
+        """Whether nothing else can queue on this transfer's hops while it is in service: no
+        shaped hop, and one stage of ``src`` all-reduces over its connection (its steps follow
+        one another). Then its quanta would go back to back: it is sent whole, the same."""
+        if path.hops:
+            return False
+        alone = self.lone_stage.get(src)
+        if alone is None:
+            alone = self.lone_stage[src] = len(self.stages_of(src)) <= 1
+        return alone
 
     def _burst(self, path: Path, start: float) -> float:
         """Bytes the shaper's token bucket lets through at once at ``start``: refilled at the
@@ -122,7 +178,13 @@ class Collectives:
         self.push(end, self._post, stage, rank, i + 1)
 
     def stages_of(self, rank: int) -> list[int]:
-        return [s for s, steps in self.inp.collectives.get(rank, {}).items() if steps]
+        found = self._stages.get(rank)
+        if found is None:
+            quick = getattr(self.inp.collectives, "stages_of", None)
+            found = self._stages[rank] = (
+                quick(rank) if quick is not None else
+                [s for s, steps in self.inp.collectives.get(rank, {}).items() if steps])
+        return found
 
     def end_of(self, rank: int) -> float | None:
         """When ``rank``'s last all-reduce ended (0 without any); None while one is pending."""

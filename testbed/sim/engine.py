@@ -88,6 +88,7 @@ class _Run:
             stuck = {r: str(self._actions(r)[self.pos[r]]) for r in range(self.world)
                      if r not in self.done}
             raise Deadlock(f"deadlock: ranks wait on {stuck}")
+        self.collectives.finish()
         return self._result(self._all_reduce())
 
     def _post_receives(self, r: int) -> float:

@@ -79,6 +79,7 @@ class SimInput:
     that virtual stage (``testbed.spec.allreduce``; none when dp = 1), started when the
     stage's last backward ends (``overlap``), after the rank's last action, or with the
     iteration (``at_start``).
+    ``path_of``, when given, computes a pair's path on first use instead of ``paths``.
     ``transfer``, when given, is asked for each message's start and path instead (the path's
     rate and delay; FIFO hops stay those of ``path``): a network whose allocation changes from
     one transfer to the next (``testbed.optical``). SENDs are issued in time order.
@@ -96,9 +97,19 @@ class SimInput:
     at_start: bool = False
     start_offsets: dict[int, float] = field(default_factory=dict)  # s after the iteration start
     transfer: TransferHook | None = None
+    # computes the path between two global ranks on first use, kept in ``paths`` (a cell of
+    # thousands of ranks talks along a few of its millions of pairs)
+    path_of: Callable[[int, int], Path] | None = None
+    # every quantum and ring step as its own event: the fast paths that give the same
+    # answer (testbed.sim.rings) off, to check them
+    exhaustive: bool = False
 
     def path(self, src: int, dst: int) -> Path:
-        return self.paths.get((src, dst), UNSHAPED)
+        found = self.paths.get((src, dst))
+        if found is None:
+            found = UNSHAPED if self.path_of is None else self.path_of(src, dst)
+            self.paths[(src, dst)] = found
+        return found
 
 
 @dataclass(frozen=True)

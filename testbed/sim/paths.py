@@ -9,6 +9,8 @@ concurrent transfers on one direction share it.
 
 Two ranks on one host (``workload.ranks_per_host`` > 1) talk through that host's own network
 stack: their path is ``SAME_HOST``, with no host link, no inter-DC link and nothing shaped.
+A DC's ``intra_host`` profile (prediction only: a GPU fabric such as NVLink) replaces it with
+each rank's own link out to the host's switch and the receiver's link in, like ``intra``.
 """
 from __future__ import annotations
 
@@ -74,7 +76,11 @@ class PathModel:
     def path(self, src: Slot, dst: Slot) -> Path:
         """The path from ``src``'s host to ``dst``'s host (``SAME_HOST`` when they share one)."""
         if src.host == dst.host:
-            return SAME_HOST
+            fabric = self.topo.dc(src.dc).intra_host
+            if fabric is None:
+                return SAME_HOST
+            return _combine([_hop(f"{src.dc}/{src.host_index}.{src.local_rank} out", fabric),
+                             _hop(f"{dst.dc}/{dst.host_index}.{dst.local_rank} in", fabric)])
         up = _hop(f"{src.dc}/{src.host_index} up", self.topo.dc(src.dc).intra)
         down = _hop(f"{dst.dc}/{dst.host_index} down", self.topo.dc(dst.dc).intra)
         path = _combine([up, *self._inter_hops(src.dc, dst.dc), down])

@@ -68,11 +68,14 @@ def hierarchy_problem(slots: list[Slot], pp: int) -> str | None:
     return None
 
 
-def rings_of(slots: list[Slot], rank: int, algorithm: str) -> list[list[int]]:
+def rings_of(slots: list[Slot], rank: int, algorithm: str,
+             groups: list[list[int]] | None = None) -> list[list[int]]:
     """The rings ``rank`` takes part in, outermost (first reduce-scatter) first; rings of one
-    rank are left out. Raises ValueError for an unknown algorithm or an uneven hierarchy."""
+    rank are left out (``groups``: ``replica_groups`` of its pipeline rank, when known).
+    Raises ValueError for an unknown algorithm or an uneven hierarchy."""
     pp_rank = next(s.pp_rank for s in slots if s.rank == rank)
-    groups = replica_groups(slots, pp_rank)
+    if groups is None:
+        groups = replica_groups(slots, pp_rank)
     if algorithm == "ring":
         rings = [[r for g in groups for r in g]]
     elif algorithm == "hierarchical":
@@ -109,8 +112,10 @@ def steps_of(rings: list[list[int]], rank: int, numel: int, bucket: int = 0,
     steps: list[Step] = []
     views = [(0, padded(numel, rings))]
 
+    where = {id(ring): ring.index(rank) for ring in rings}
+
     def add(ring, send_seg, recv_seg, size, off, reduce):
-        k, pos = len(ring), ring.index(rank)
+        k, pos = len(ring), where[id(ring)]
         c = size // k
         steps.append(Step(first_index + len(steps), bucket, ring[(pos + 1) % k],
                           ring[(pos - 1) % k], c, off + send_seg * c, off + recv_seg * c,
@@ -118,14 +123,14 @@ def steps_of(rings: list[list[int]], rank: int, numel: int, bucket: int = 0,
 
     for ring in rings:
         off, size = views[-1]
-        k, pos = len(ring), ring.index(rank)
+        k, pos = len(ring), where[id(ring)]
         for s in range(k - 1):
             add(ring, (pos - s) % k, (pos - s - 1) % k, size, off, True)
         views.append((off + (pos + 1) % k * (size // k), size // k))
     for ring in reversed(rings):
         views.pop()
         off, size = views[-1]
-        k, pos = len(ring), ring.index(rank)
+        k, pos = len(ring), where[id(ring)]
         for s in range(k - 1):
             add(ring, (pos + 1 - s) % k, (pos - s) % k, size, off, False)
     return steps

@@ -22,7 +22,7 @@ from testbed.spec.matrix import Cell, cell_id, params_text, parse_matrix
 from testbed.spec.models import Experiment, map_problems
 from testbed.spec.problems import pydantic_problems
 from testbed.spec.source import Loc, Source, read_source
-from testbed.spec.workload import Workload
+from testbed.spec.workload import MAX_RANKS, Workload
 from testbed.spec.costs import stage_forward_ms
 from testbed.spec.topofile import load_topology, resolve_topology_path, validate_topology
 
@@ -161,7 +161,10 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
         out.append((("workload", "warmup"), f"warmup={w.warmup} leaves no measured iteration "
                                             f"of iterations={w.iterations}"))
     hosts, per_host = exp.topology.total_hosts, w.ranks_per_host
-    if w.world_size > hosts * per_host:
+    if w.world_size > MAX_RANKS:
+        out.append((("workload", "parallel"), f"pp × dp = {w.parallel.pp} × {w.parallel.dp} = "
+                    f"{w.world_size:,} ranks: at most {MAX_RANKS:,}"))
+    elif w.world_size > hosts * per_host:
         out.append((("workload", "parallel"), f"pp × dp = {w.parallel.pp} × {w.parallel.dp} = "
                     f"{w.world_size} ranks do not fit: the topology {exp.topology.name!r} has "
                     f"{hosts} hosts × ranks_per_host={per_host} = {hosts * per_host} ranks"))

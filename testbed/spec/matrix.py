@@ -41,6 +41,9 @@ ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic"
                       **{f"workload.gradient_sync.{k}": v for k, v in GradientSync().model_dump(
                           mode="json").items() if k not in ("algorithm", "overlap", "bucket_mb")}}
 
+# The same, for fields of every DC of the topology.
+ID_OPTIONAL_DC_FIELDS = {"intra_host": None}
+
 
 @dataclass
 class Cell:
@@ -68,6 +71,10 @@ def cell_id(exp: Experiment) -> str:
             d = d.get(p) or {}
         if name in d and d[name] == default:
             del d[name]
+    for dc in resolved["topology"]["dcs"]:
+        for name, default in ID_OPTIONAL_DC_FIELDS.items():
+            if dc.get(name, default) == default:
+                dc.pop(name, None)
     path = exp.workload.schedule_path
     if path is not None and path.is_file():  # an edited schedule file is another cell
         resolved["workload"]["schedule_file_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -31,12 +31,16 @@ class ModelSpec(Strict):
         return self
 
 
+# The most ranks a cell may have (what-if predictions, docs/simulator.md).
+MAX_RANKS = 131_072
+
+
 class Parallel(Strict):
     """Pipeline stages (pp) × data-parallel replicas (dp); ``workload.ranks_per_host`` ranks
     share each host."""
 
     pp: int = Field(4, ge=1, le=128)
-    dp: int = Field(1, ge=1, le=128)
+    dp: int = Field(1, ge=1, le=MAX_RANKS, description=f"replicas; pp × dp ≤ {MAX_RANKS:,}")
 
 
 class Compute(Strict):

@@ -13,7 +13,9 @@ from testbed.topology.linkprofile import (DC_NAME_PATTERN, IFNAMSIZ, MAX_DC_NAME
                                           Strict, step_order)
 from testbed.topology.slot import Slot, local_world_sizes, single_host_placement
 from testbed.topology.topology import DC, InterDCLink, ResolvedLink, Topology
+from testbed.topology.limits import MAX_EMULATED_HOSTS_PER_DC, emulation_problems
 
 __all__ = ["DC", "DC_NAME_PATTERN", "GilbertElliott", "IFNAMSIZ", "InterDCLink", "LinkProfile",
-           "MAX_DC_NAME", "MAX_DELAY_MS", "ResolvedLink", "Slot", "Step", "Strict",
+           "MAX_DC_NAME", "MAX_DELAY_MS", "MAX_EMULATED_HOSTS_PER_DC",
+           "emulation_problems", "ResolvedLink", "Slot", "Step", "Strict",
            "TRANSIT_NET", "Topology", "local_world_sizes", "single_host_placement", "step_order"]

@@ -21,6 +21,9 @@ from testbed.topology.linkprofile import (DC_NAME_PATTERN, MAX_DC_NAME, TRANSIT_
                                           LinkProfile, Step, Strict, step_order)
 
 
+MAX_PREDICTED_HOSTS = 100_000  # per DC; `run` builds fewer (testbed.topology.limits)
+
+
 class InterDCLink(LinkProfile):
     """A link between two DCs' gateway routers. Profile fields apply to both directions;
     ``reverse`` overrides them for dcs[1] → dcs[0]."""
@@ -49,9 +52,13 @@ class DC(Strict):
     name: str = Field(pattern=DC_NAME_PATTERN, max_length=MAX_DC_NAME,
                       description=f"lower-case letters and digits, at most {MAX_DC_NAME}: "
                                   "DC names become part of Linux interface names")
-    hosts: int = Field(ge=1, le=64)
+    hosts: int = Field(ge=1, le=MAX_PREDICTED_HOSTS)
     subnet: ipaddress.IPv4Network | None = None
     intra: LinkProfile = Field(default_factory=LinkProfile, description="host ↔ DC bridge")
+    intra_host: LinkProfile | None = Field(
+        None, description="prediction only: the fabric between ranks of one host (NVLink, "
+                          "workload.ranks_per_host > 1), each rank's own link to the host's "
+                          "switch; unset, they talk over the host's loopback as when emulated")
 
 
 class ResolvedLink(BaseModel):
@@ -136,10 +143,14 @@ class Topology(Strict):
                 if s1.overlaps(s2):
                     out.append((loc2 or loc, f"subnets overlap: {n1} {s1} and {n2} {s2}"))
         for i, dc in enumerate(self.dcs):
-            if dc.hosts + 10 > self.subnet(dc.name).num_addresses - 1:
-                out.append((("dcs", i, "hosts"), f"subnet {self.subnet(dc.name)} is too small "
+            if dc.subnet is not None and not self.fits_subnet(dc):
+                out.append((("dcs", i, "hosts"), f"subnet {dc.subnet} is too small "
                             f"for {dc.hosts} hosts (hosts start at .10)"))
         return out
+
+    def fits_subnet(self, dc: DC) -> bool:
+        """Whether DC ``dc``'s subnet holds its hosts (from .10)."""
+        return dc.hosts + 10 <= self.subnet(dc.name).num_addresses - 1
 
     def _link_problems(self) -> list[tuple[tuple, str]]:
         if self.links is None:

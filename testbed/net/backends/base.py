@@ -26,6 +26,8 @@ class Backend(ABC):
     # a rank's trace can be read on this machine while the rank runs (``at_iteration`` steps
     # are timed from rank 0's growing trace).
     traces_live: bool = False
+    # the most hosts it builds in one DC (None: no limit of its own, as a lab's real hosts)
+    max_hosts_per_dc: int | None = None
 
     @classmethod
     def for_experiment(cls, exp: Experiment, base_dir: Path) -> "Backend":

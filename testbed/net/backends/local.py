@@ -11,7 +11,7 @@ from testbed.net.network import Network
 from testbed.net.ledger import Ledger, new_tag
 from testbed.net.shaping.interface import Shaper
 from testbed.net.shaping.shapers import SHAPERS, choose_shaper
-from testbed.topology import ResolvedLink, Topology
+from testbed.topology import MAX_EMULATED_HOSTS_PER_DC, ResolvedLink, Topology
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,7 @@ class LocalBackend(Backend):
 
     hosts_here = True
     traces_live = True
+    max_hosts_per_dc = MAX_EMULATED_HOSTS_PER_DC
 
     def shaper_choice(self, requested: str) -> tuple[str, str]:
         """``auto`` is netem where this kernel has it, else the delay line."""

@@ -1,0 +1,156 @@
+"""What-if at scale: how long `simulate` takes and how much memory it holds as cells grow to
+thousands of ranks, a sweep of what-if cells on every core, and the fast paths against the
+full event model.
+
+- Sizes: `python -m testbed simulate` of one cell, 4 DCs (20 ms, 100 Gbit/s between them,
+  8 ranks per host), 1F1B, m = 64, a 32-layer 4096-hidden model, pp = 16 and dp = 32, 128,
+  512 (512 to 8,192 ranks), stages across DCs (in_order: 512 pipelines share each WAN link
+  direction). Wall time and the process's peak RSS. Target (issue "What-if at the papers'
+  sizes"): 8,192 ranks in ≤ 10 s with ≤ 1 GB. 100,000 ranks (≤ 120 s) is run only with
+  ``--full``.
+- Sweep: ``--cells`` cells of 256 ranks (pp = 16 × dp = 16; every cell another WAN delay, so
+  every plan is distinct) with ``simulate -j <cores>``; the 1,000-cell time projected from the
+  measured rate (target ≤ 5 minutes).
+- Fast paths: cells where both run, simulated with the fast paths and with
+  ``SimInput.exhaustive`` (every quantum and ring step an event), in this process: the largest
+  relative difference of any ``predicted_*`` value (target ≤ 0.1 %) and the speed-up.
+
+Run: ``.venv/bin/python benchmarks/bench_whatif.py [--save] [--cells N] [--full]``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchrun import print_verdicts
+from benchsave import add_save, saved
+
+ROOT = Path(__file__).resolve().parents[1]
+CELL = """\
+name: whatif-{ranks}
+topology:
+  name: four-dc
+  dcs:
+{dcs}
+  inter_dc: {{delay_ms: {delay}, rate_mbit: 100000}}
+workload:
+  model: {{layers: 32, hidden: 4096, heads: 32, seq_len: 2048, vocab: 32000}}
+  parallel: {{pp: {pp}, dp: {dp}}}
+  ranks_per_host: 8
+  schedule: 1f1b
+  microbatches: 64
+  compute: {{mode: emulated, forward_ms: 20, backward_ms: 40}}
+placement: {placement}
+{matrix}"""
+TARGET_S, TARGET_GB, TARGET_100K_S, TARGET_SWEEP_S, TARGET_AGREE = 10.0, 1.0, 120.0, 300.0, 1e-3
+
+
+def cell_file(tmp: Path, pp: int, dp: int, placement: str = "in_order", matrix: str = "",
+              delay: float = 20) -> Path:
+    hosts = -(-pp * dp // (4 * 8))
+    dcs = "\n".join(f"    - {{name: dc{i}, hosts: {hosts}}}" for i in range(1, 5))
+    path = tmp / f"whatif-{pp}x{dp}-{placement}.yaml"
+    path.write_text(CELL.format(ranks=pp * dp, dcs=dcs, pp=pp, dp=dp, placement=placement,
+                                matrix=matrix, delay=delay))
+    return path
+
+
+def timed_simulate(path: Path, *args: str) -> tuple[float, float, str]:
+    """(wall s, peak RSS GB of the child, its stderr's tail) of ``simulate path``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "testbed", "simulate", str(path), *args],
+                         cwd=ROOT, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if res.returncode != 0:
+        raise SystemExit(f"{path}: exit {res.returncode}\n{res.stderr[-2000:]}")
+    # ru_maxrss of the children is the largest of any child so far (KiB)
+    return wall, max(rss, before) / (1 << 20), res.stdout.strip().splitlines()[-2]
+
+
+def sizes(tmp: Path, full: bool) -> list[dict]:
+    rows = []
+    for dp in (32, 128, 512) + ((6250,) if full else ()):
+        wall, gb, line = timed_simulate(cell_file(tmp, 16, dp))
+        ranks = 16 * dp
+        target = {8192: (TARGET_S, TARGET_GB), 100_000: (TARGET_100K_S, None)}.get(ranks)
+        verdict = ""
+        if target:
+            ok = wall <= target[0] and (target[1] is None or gb <= target[1])
+            verdict = "PASS" if ok else "FAIL"
+        rows.append({"check": f"simulate {ranks} ranks (pp=16 × dp={dp}, in_order)",
+                     "configured": f"≤ {target[0]:g} s" + (f", ≤ {target[1]:g} GB"
+                                                          if target[1] else "")
+                     if target else "", "measured": f"{wall:.2f} s, {gb:.2f} GB",
+                     "verdict": verdict})
+        print(f"{ranks} ranks: {wall:.2f} s, peak {gb:.2f} GB; {line}", flush=True)
+    if not full:
+        rows.append({"check": "simulate 100,000 ranks", "configured": f"≤ {TARGET_100K_S:g} s",
+                     "measured": "not run (--full)", "verdict": "FAIL (not shown)"})
+    return rows
+
+
+def sweep(tmp: Path, cells: int) -> list[dict]:
+    delays = ", ".join(f"{10 + i * 0.5:g}" for i in range(cells))
+    path = cell_file(tmp, 16, 16, matrix=f"matrix:\n  links.inter_dc.delay_ms: [{delays}]\n")
+    jobs = os.cpu_count() or 1
+    wall, _, _ = timed_simulate(path, "-j", str(jobs), "--parquet", str(tmp / "sweep.parquet"))
+    projected = wall / cells * 1000
+    print(f"sweep: {cells} cells of 256 ranks on {jobs} processes in {wall:.2f} s "
+          f"({wall / cells:.3f} s per cell); 1,000 cells projected {projected:.0f} s", flush=True)
+    return [{"check": f"1,000-cell sweep at 256 ranks (projected from {cells} cells, "
+                      f"{jobs} processes)", "configured": f"≤ {TARGET_SWEEP_S:g} s",
+             "measured": f"{projected:.0f} s", "verdict": "PASS" if projected <= TARGET_SWEEP_S
+             else "FAIL"}]
+
+
+def agreement(tmp: Path) -> list[dict]:
+    from testbed.plan import plan_cell
+    from testbed.sim import predicted
+    from testbed.sim.engine import simulate
+    from testbed.spec import load_experiment
+
+    rows = []
+    for pp, dp, placement in ((16, 4, "in_order"), (16, 16, "in_order"), (4, 8, "dp_across_dcs"),
+                              (16, 32, "in_order")):
+        plan = plan_cell(load_experiment(cell_file(tmp, pp, dp, placement)).cells[0])
+        inp = plan.sim_input()
+        t0 = time.monotonic()
+        fast = predicted(simulate(inp))
+        t1 = time.monotonic()
+        full = predicted(simulate(dataclasses.replace(inp, exhaustive=True)))
+        t2 = time.monotonic()
+        worst = max(abs(fast[k] - v) / abs(v) for k, v in full.items()
+                    if isinstance(v, float) and v)
+        rows.append({"check": f"fast vs full, {pp * dp} ranks ({placement})",
+                     "configured": f"≤ {TARGET_AGREE:.1%}", "measured":
+                     f"{worst:.2e} (fast {t1 - t0:.2f} s, full {t2 - t1:.2f} s, "
+                     f"{(t2 - t1) / (t1 - t0):.1f}× faster)",
+                     "verdict": "PASS" if worst <= TARGET_AGREE else "FAIL"})
+        print(rows[-1]["check"], rows[-1]["measured"], flush=True)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_save(ap)
+    ap.add_argument("--cells", type=int, default=40, help="cells in the sweep (default 40)")
+    ap.add_argument("--full", action="store_true", help="also simulate 100,000 ranks")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, saved("bench_whatif", args.save) as out:
+        rows = sizes(Path(tmp), args.full) + sweep(Path(tmp), args.cells) + agreement(Path(tmp))
+        fails = print_verdicts(rows, ["check", "configured", "measured", "verdict"])
+        out.rows(rows)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

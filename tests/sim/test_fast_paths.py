@@ -1,0 +1,99 @@
+"""The simulator's fast paths (testbed/sim/rings.py; whole chunks on unshared connections in
+testbed/sim/collective.py) against the full event model (``SimInput.exhaustive``): the same
+predictions, to 0.1 %, on cells where both run, whether a fast path applies or not."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from testbed.plan import plan_cell
+from testbed.sim import predicted
+from testbed.sim.engine import simulate
+from testbed.spec import load_experiment
+
+EXPERIMENT = """\
+name: fast
+topology:
+  name: fast
+  dcs:
+    - {name: fa, hosts: 8%(intra_a)s}
+    - {name: fb, hosts: 8}
+    - {name: fc, hosts: 8}
+  inter_dc: {delay_ms: 15, rate_mbit: 400}
+workload:
+  model: {layers: 12, hidden: 256, heads: 4, seq_len: 128, vocab: 512}
+  parallel: {pp: %(pp)s, dp: %(dp)s}
+  ranks_per_host: %(per_host)s
+  schedule: %(schedule)s
+  chunks: %(chunks)s
+  microbatches: 8
+  compute: {forward_ms: 10, backward_ms: 20}
+  gradient_sync: {algorithm: %(algorithm)s, overlap: %(overlap)s, bucket_mb: %(bucket_mb)s}
+placement: %(placement)s
+"""
+
+CASES = {
+    # whole pipelines in DCs: the rings cross the WAN (shaped: the event model)
+    "dp_across_dcs": dict(placement="dp_across_dcs", pp=2, dp=3),
+    # stages across DCs, a stage's replicas in one DC: rings inside DCs (the fast path)
+    "in_order": dict(placement="in_order", pp=3, dp=4),
+    "in_order_buckets": dict(placement="in_order", pp=3, dp=4, bucket_mb=0.25),
+    "in_order_after_pipeline": dict(placement="in_order", pp=3, dp=4, overlap="false"),
+    "in_order_per_host": dict(placement="in_order", pp=3, dp=4, per_host=2),
+    "in_order_shaped_intra": dict(placement="in_order", pp=3, dp=4,
+                                  intra_a=", intra: {rate_mbit: 2000, delay_ms: 0.5}"),
+    # delayed but not rate-limited: no FIFO, so still the fast path, with delays in it
+    "in_order_delayed_intra": dict(placement="in_order", pp=3, dp=4,
+                                   intra_a=", intra: {delay_ms: 0.7}"),
+    "in_order_hierarchical": dict(placement="in_order", pp=3, dp=4, algorithm="hierarchical"),
+    # two virtual stages per rank share each ring connection: not alone
+    "interleaved": dict(placement="in_order", pp=2, dp=4, chunks=2, schedule="interleaved_1f1b"),
+}
+DEFAULTS = dict(placement="in_order", pp=2, dp=2, per_host=1, schedule="1f1b", chunks=1,
+                algorithm="ring", overlap="true", bucket_mb=0, intra_a="")
+
+
+def _plan(tmp_path, **kw):
+    path = tmp_path / "fast.yaml"
+    text = EXPERIMENT % {**DEFAULTS, **kw}
+    path.write_text(text.replace(", bucket_mb: 0}", "}"))
+    return plan_cell(load_experiment(path).cells[0])
+
+
+def _both(plan):
+    inp = plan.sim_input()
+    return simulate(inp), simulate(dataclasses.replace(inp, exhaustive=True))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fast_paths_agree_with_the_full_event_model(tmp_path, case):
+    fast, full = _both(_plan(tmp_path, **CASES[case]))
+    pf, pe = predicted(fast), predicted(full)
+    assert pf.keys() == pe.keys()
+    for k, v in pe.items():
+        if isinstance(v, float) and v:
+            assert abs(pf[k] - v) <= 1e-3 * abs(v), (k, pf[k], v)
+        else:
+            assert pf[k] == v, (k, pf[k], v)
+    # the same sums, but a chunk sent whole adds its time once, not quantum by quantum
+    assert fast.busy_s == pytest.approx(full.busy_s, rel=1e-9)
+    assert fast.wait_s == pytest.approx(full.wait_s, rel=1e-9, abs=1e-12)
+
+
+def test_a_ring_inside_a_dc_is_timed_at_once(tmp_path):
+    """The case the fast path is for: its steps are not events (one record per rank instead
+    of one per step), and the all-reduce is still there, as long as the full model's."""
+    fast, full = _both(_plan(tmp_path, **CASES["in_order"]))
+    steps = [sp for sp in fast.spans if sp.kind == "ALLREDUCE_STEP"]
+    assert len(steps) == 12  # one per rank
+    assert len([sp for sp in full.spans if sp.kind == "ALLREDUCE_STEP"]) == 12 * 2 * 3
+    assert predicted(fast)["predicted_allreduce_hidden_s"] > 0
+
+
+def test_shared_connections_keep_the_event_model(tmp_path):
+    """Two virtual stages per rank: their chunks interleave on one connection, so every
+    step stays an event."""
+    fast, full = _both(_plan(tmp_path, **CASES["interleaved"]))
+    count = len([sp for sp in fast.spans if sp.kind == "ALLREDUCE_STEP"])
+    assert count == len([sp for sp in full.spans if sp.kind == "ALLREDUCE_STEP"]) > 8
