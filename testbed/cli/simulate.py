@@ -174,7 +174,7 @@ def _write_timeline(le, plans, cell_id: str | None, out: Path) -> int:
     inp.exhaustive = len(chosen[0].slots) <= EXHAUSTIVE_TIMELINE_RANKS
     res = run(inp)
     if out.suffix == ".json":
-        spans = [vars(s) for s in res.spans]
+        spans = [s._asdict() for s in res.spans]
         out.write_text(json.dumps({"cell_id": cell.cell_id, "params": cell.params,
                                    "span_s": res.span_s, "spans": spans}, indent=1),
                        encoding="utf-8")

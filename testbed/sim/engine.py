@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from operator import attrgetter
 
 from testbed.schedule.ir import Action, Kind, Schedule
 from testbed.sim import calibration as C
@@ -63,12 +64,33 @@ class _Run:
         self.done: dict[int, float] = {}
         self.memory = _Memory(self.s, self.world)
         self.collectives = Collectives(inp, self.push, self.hop_free, self.spans)
-        # the action after which each stage's gradients are complete (its last B or W)
-        self.grads_done = [{} for _ in range(self.s.pp)]
-        for p in range(self.s.pp):
-            for i, a in enumerate(self.s.actions[p]):
-                if a.kind in (Kind.B, Kind.W):
-                    self.grads_done[p][a.stage] = i
+        self.conn_hops: dict[tuple[int, int], tuple[str, ...]] = {}
+        self.start_ar = inp.overlap and not inp.at_start  # all-reduces at the last backward
+        self.compiled = [self._compile(p) for p in range(self.s.pp)]
+
+    def _compile(self, p: int) -> list[tuple]:
+        """Pipeline rank ``p``'s actions with what ``_step`` needs of each, worked out once:
+        (action, its kind's name, compute time or None, activations held +1/−1/0, whether
+        its stage's gradients are complete after it, the message it sends or waits for as
+        (direction, sending stage, microbatch), the peer's pipeline rank)."""
+        acts = self.s.actions[p]
+        last_grad = {a.stage: i for i, a in enumerate(acts) if a.kind in (Kind.B, Kind.W)}
+        out = []
+        for i, a in enumerate(acts):
+            fwd = a.kind in (Kind.SEND_F, Kind.RECV_F)
+            if a.kind.is_compute:
+                dur = duration(self.inp.times[a.stage], a.kind) + C.SLEEP_OVERSHOOT_S
+                out.append((a, a.kind.value, dur, self.memory.delta(a), last_grad.get(a.stage) == i,
+                            None, None))
+            elif a.kind in (Kind.SEND_F, Kind.SEND_B):
+                peer = self.s.stage_to_rank[a.stage + 1 if fwd else a.stage - 1]
+                out.append((a, a.kind.value, None, 0, False,
+                            ("F" if fwd else "B", a.stage, a.microbatch), peer))
+            else:
+                out.append((a, a.kind.value, None, 0, False,
+                            ("F" if fwd else "B", a.stage - 1 if fwd else a.stage + 1,
+                             a.microbatch), None))
+        return out
 
     def push(self, t: float, fn, *args) -> None:
         """Call ``fn(t, *args)`` at simulated time ``t`` (ties in the order pushed)."""
@@ -116,8 +138,9 @@ class _Run:
         return (rank // self.s.pp) * self.s.pp + self.s.stage_to_rank[stage]
 
     def _step(self, t: float, r: int) -> None:
-        acts = self._actions(r)
-        if self.pos[r] == len(acts):
+        acts = self.compiled[r % self.s.pp]
+        i = self.pos[r]
+        if i == len(acts):
             end = max(t, self.sent_by[r])
             self.spans.append(Span(r, "SEND_WAIT", None, None, t, end, "wait"))
             self.done[r] = end
@@ -125,31 +148,36 @@ class _Run:
                 for stage in self.collectives.stages_of(r):
                     self.collectives.start(end, stage, r)
             return
-        a = acts[self.pos[r]]
-        if a.kind.is_compute:
-            dur = duration(self.inp.times[a.stage], a.kind) + C.SLEEP_OVERSHOOT_S
-            self._advance(r, a, t, t + dur, "compute")
-            self.memory.update(r, a, t + dur)
-            if self.inp.overlap and not self.inp.at_start and self.grads_done[r % self.s.pp].get(a.stage) == self.pos[r] - 1:
-                self.collectives.start(t + dur, a.stage, r)
-        elif a.kind in (Kind.SEND_F, Kind.SEND_B):
-            self._send(r, a, t)
-            self._advance(r, a, t, t + C.SEND_CALL_S, "comm")
+        a, kind, dur, held, grads_done, message, peer = acts[i]
+        if dur is not None:
+            t1 = t + dur
+            self._advance(r, a, kind, t, t1, "compute")
+            if held:
+                self.memory.events.append((t1, held, r, a.stage))
+            if grads_done and self.start_ar:
+                self.collectives.start(t1, a.stage, r)
+        elif peer is not None:
+            self._send(r, t, (r // self.s.pp,) + message, peer)
+            self._advance(r, a, kind, t, t + C.SEND_CALL_S, "comm")
         else:
-            self._recv(r, a, t)
+            self._recv(r, a, kind, t, (r // self.s.pp,) + message)
 
-    def _advance(self, r: int, a: Action, t0: float, t1: float, cat: str) -> None:
-        self.spans.append(Span(r, a.kind.value, a.stage, a.microbatch, t0, t1, cat))
+    def _advance(self, r: int, a: Action, kind: str, t0: float, t1: float, cat: str) -> None:
+        self.spans.append(Span(r, kind, a.stage, a.microbatch, t0, t1, cat))
         self.pos[r] += 1
         self.push(t1 + C.ACTION_GAP_S, self._step, r)
 
-    def _send(self, r: int, a: Action, t: float) -> None:
-        fwd = a.kind is Kind.SEND_F
-        dst = self._global(r, a.stage + 1 if fwd else a.stage - 1)
+    def _send(self, r: int, t: float, key: tuple, peer: int) -> None:
+        """Rank ``r`` sends message ``key`` (replica, direction, stage, microbatch) to the
+        pipeline rank ``peer`` of its replica."""
+        dst = key[0] * self.s.pp + peer
         path = self.inp.path(r, dst)
-        hops = path.hops + (f"conn {r}->{dst}",)
-        key = (r // self.s.pp, "F" if fwd else "B", a.stage, a.microbatch)
-        start = max([t, self.recv_known.get(key, 0.0)] + [self.hop_free[h] for h in hops])
+        hops = self.conn_hops.get((r, dst))
+        if hops is None:
+            hops = self.conn_hops[(r, dst)] = path.hops + (f"conn {r}->{dst}",)
+        start = max(t, self.recv_known.get(key, 0.0))
+        for h in hops:
+            start = max(start, self.hop_free[h])
         if self.inp.transfer is not None:  # a per-transfer allocation (testbed.optical)
             start, path = self.inp.transfer(TransferRequest(r, dst, key, t, start,
                                                             self.inp.message_bytes))
@@ -165,12 +193,11 @@ class _Run:
         rank, since = self.waiting.pop(key)
         return since, self._step, rank
 
-    def _recv(self, r: int, a: Action, t: float) -> None:
-        key = self._recv_key(r, a)
+    def _recv(self, r: int, a: Action, kind: str, t: float, key: tuple) -> None:
         if key not in self.arrival:
             self.waiting[key] = (r, t)  # woken (at t) once the send is issued
             return
-        self._advance(r, a, t, max(t, self.arrival[key]), "wait")
+        self._advance(r, a, kind, t, max(t, self.arrival[key]), "wait")
 
     def _all_reduce(self) -> dict[int, float]:
         """Each rank's end: after its sends left and its all-reduces ended (the wait for them
@@ -192,7 +219,7 @@ class _Run:
                 busy[sp.rank] += sp.t1 - sp.t0
             elif sp.cat == "wait":
                 wait[sp.rank] += sp.t1 - sp.t0
-        return SimResult(sorted(self.spans, key=lambda x: (x.rank, x.t0)), max(ends.values()),
+        return SimResult(sorted(self.spans, key=attrgetter("rank", "t0")), max(ends.values()),
                          busy, wait, self.memory.peak_per_stage(), self.memory.peak_per_rank())
 
 
@@ -205,31 +232,37 @@ class _Memory:
         self.release = {(a.stage, a.microbatch): a.kind for acts in s.actions for a in acts
                         if a.kind in (Kind.B, Kind.W)}
         self.events: list[tuple[float, int, int, int]] = []  # (t, +1/-1, rank, stage)
+        self._found: tuple[dict, dict] | None = None
 
-    def update(self, rank: int, a: Action, t: float) -> None:
+    def delta(self, a: Action) -> int:
+        """+1 when ``a`` holds a microbatch's activations from its end, −1 when it frees them."""
         if a.kind is Kind.F:
-            self.events.append((t, 1, rank, a.stage))
-        elif self.release.get((a.stage, a.microbatch)) is a.kind:
-            self.events.append((t, -1, rank, a.stage))
+            return 1
+        return -1 if self.release.get((a.stage, a.microbatch)) is a.kind else 0
 
-    def _peaks(self, key) -> dict:
-        live: dict = defaultdict(int)
-        peak: dict = defaultdict(int)
-        for _, delta, rank, stage in sorted(self.events):  # frees before allocations at a tie
-            k = key(rank, stage)
-            live[k] += delta
-            peak[k] = max(peak[k], live[k])
-        return peak
+    def _peaks(self) -> tuple[dict, dict]:
+        """The most held at once per (rank, stage) and per rank."""
+        if self._found is None:
+            live: dict = defaultdict(int)
+            peak: dict = defaultdict(int)
+            for _, delta, rank, stage in sorted(self.events):  # frees before allocations at a tie
+                for k in ((rank, stage), rank):
+                    live[k] += delta
+                    peak[k] = max(peak[k], live[k])
+            self._found = ({k: v for k, v in peak.items() if isinstance(k, tuple)},
+                           {k: v for k, v in peak.items() if not isinstance(k, tuple)})
+        return self._found
 
     def peak_per_stage(self) -> list[int]:
         """Most microbatches in flight on each virtual stage (worst data-parallel replica)."""
-        peak = self._peaks(lambda rank, stage: (rank, stage))
-        return [max((v for (_, s), v in peak.items() if s == st), default=0)
-                for st in range(self.n_stages)]
+        per_stage: dict[int, int] = defaultdict(int)
+        for (_, s), v in self._peaks()[0].items():
+            per_stage[s] = max(per_stage[s], v)
+        return [per_stage.get(st, 0) for st in range(self.n_stages)]
 
     def peak_per_rank(self) -> list[int]:
         """Most microbatches in flight over all the virtual stages of each pipeline rank."""
-        peak = self._peaks(lambda rank, stage: rank)
+        peak = self._peaks()[1]
         return [max(peak.get(d * self.pp + p, 0) for d in range(self.world // self.pp))
                 for p in range(self.pp)]
 

@@ -6,7 +6,7 @@ ranks) and what it gives back (each rank's timed spans and the metrics
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 from testbed.schedule.ir import Kind, Schedule
 from testbed.sim import calibration as C
@@ -112,10 +112,9 @@ class SimInput:
         return found
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(NamedTuple):
     """One timed record of a rank, as the executor's trace has it (``cat``: compute, comm,
-    wait)."""
+    wait). A tuple: millions of them are made for a large cell."""
 
     rank: int
     kind: str

@@ -65,11 +65,16 @@ def test_emulated_bubble_matches_theory(tmp_path, monkeypatch, schedule, m):
     assert theory < calibrated < theory + 0.02  # the costs are small beside 60 ms
     for name, seconds in executor_costs(load_traces(tmp_path)).items():
         monkeypatch.setattr(calibration, name, seconds)
-    predicted = loopback_prediction(w)["predicted_bubble_ratio"]
+    own = loopback_prediction(w)
+    predicted = own["predicted_bubble_ratio"]
     assert got["bubble_ratio"] == pytest.approx(predicted, abs=0.02), (got, predicted)
     assert got["bubble_ratio"] > theory - 0.005, (got, theory)
-    # the span is at least the ideal (m + p − 1)(F + B) and not much more
-    assert 1.0 <= got["iteration_time_s"] / ((m + p - 1) * 0.060) < 1.06
+    # the span is at least the ideal (m + p − 1)(F + B), and as long as this run's costs make
+    # it: within 3 % of the same prediction (a fresh-clone suite here, beside other work,
+    # measured 1.236 s for 1f1b, m = 16: 8 % over the ideal 1.14 s, with the bubble in its band)
+    ideal = (m + p - 1) * 0.060
+    assert got["iteration_time_s"] >= ideal, (got, ideal)
+    assert got["iteration_time_s"] == pytest.approx(own["predicted_iteration_time_s"], rel=0.03)
 
 
 def loopback_prediction(w: Workload) -> dict:
