@@ -34,24 +34,28 @@ def plan_key(cell: Cell) -> str:
     return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
 
 
-def _predict_one(cell: Cell) -> tuple[dict[str, Any] | None, str]:
-    """(the cell's predicted columns and schedule_rule, or None; why not)."""
+Outcome = tuple[dict[str, Any] | None, str, bool]  # (row or None, why not, planned)
+
+
+def _predict_one(cell: Cell) -> Outcome:
+    """(the cell's predicted columns and schedule_rule, or None; why not; whether it was
+    planned at all)."""
     try:
         plan = plan_cell(cell)
     except SpecError as e:
-        return None, "; ".join(p.message for p in e.problems)
+        return None, "; ".join(p.message for p in e.problems), False
     except TestbedError as e:
-        return None, str(e)
+        return None, str(e), False
     if not plan.prediction:
-        return None, f"no prediction: {plan.prediction_note}"
-    return {**plan.prediction, "schedule_rule": plan.schedule.variant}, ""
+        return None, f"no prediction: {plan.prediction_note}", True
+    return {**plan.prediction, "schedule_rule": plan.schedule.variant}, "", True
 
 
 _CELLS: list[Cell] = []  # the cells of the running sweep, as the forked workers see them
 
 
-def _work(i: int) -> tuple[int, dict[str, Any] | None, str]:
-    return (i, *_predict_one(_CELLS[i]))
+def _work(i: int) -> tuple[int, Outcome]:
+    return i, _predict_one(_CELLS[i])
 
 
 def predict_cells(le: LoadedExperiment, jobs: int | None = None,
@@ -63,28 +67,26 @@ def predict_cells(le: LoadedExperiment, jobs: int | None = None,
     problems = capacity_problems(le)
     if problems:
         raise SpecError(problems)
+    keys = [plan_key(cell) for cell in le.cells]
     firsts: dict[str, int] = {}
-    for i, cell in enumerate(le.cells):
-        firsts.setdefault(plan_key(cell), i)
-    todo = sorted(firsts.values())
-    found = _compute(le.cells, todo, jobs or os.cpu_count() or 1, progress)
-    failed = [(le.cells[i], why) for i, (row, why) in found.items() if row is None]
-    unplanned = [(c, why) for c, why in failed if not why.startswith("no prediction")]
+    for i, key in enumerate(keys):
+        firsts.setdefault(key, i)
+    found = _compute(le.cells, sorted(firsts.values()), jobs or os.cpu_count() or 1, progress)
+    failed = [(le.cells[i], why, planned) for i, (row, why, planned) in found.items()
+              if row is None]
+    unplanned = [problem_of(le, c, why) for c, why, planned in failed if not planned]
     if unplanned:
-        raise SpecError([problem_of(le, c, why) for c, why in unplanned])
+        raise SpecError(unplanned)
     if failed:
-        cell, why = failed[0]
+        cell, why, _ = failed[0]
         raise SimulationError(f"cell {cell.cell_id} ({cell.label}): {why}")
-    rows = []
-    for cell in le.cells:
-        row = found[firsts[plan_key(cell)]][0]
-        rows.append({"cell_id": cell.cell_id, **cell.params, **row})
-    return rows
+    return [{"cell_id": cell.cell_id, **cell.params, **found[firsts[key]][0]}
+            for cell, key in zip(le.cells, keys)]
 
 
 def _compute(cells: list[Cell], todo: list[int], jobs: int,
-             progress: Progress | None) -> dict[int, tuple[dict | None, str]]:
-    out: dict[int, tuple[dict | None, str]] = {}
+             progress: Progress | None) -> dict[int, Outcome]:
+    out: dict[int, Outcome] = {}
     if jobs < 2 or len(todo) < 2:
         for n, i in enumerate(todo, 1):
             out[i] = _predict_one(cells[i])
@@ -95,8 +97,8 @@ def _compute(cells: list[Cell], todo: list[int], jobs: int,
     _CELLS = cells
     try:
         with multiprocessing.get_context("fork").Pool(min(jobs, len(todo))) as pool:
-            for n, (i, row, why) in enumerate(pool.imap_unordered(_work, todo), 1):
-                out[i] = (row, why)
+            for n, (i, outcome) in enumerate(pool.imap_unordered(_work, todo), 1):
+                out[i] = outcome
                 if progress:
                     progress(n, len(todo))
     finally:

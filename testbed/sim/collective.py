@@ -54,7 +54,6 @@ class Collectives:
         self.arrived: dict[tuple, float] = {}    # (stage, rank, i) → the bytes it receives
         self.issued: set[tuple] = set()
         self.ended: dict[tuple[int, int], float] = {}  # (stage, rank) → all steps done
-        self.lone_stage: dict[int, bool] = {}
         self.lone: dict[Ring, bool] = {}
         self.deferred: dict[tuple[int, Ring], dict[int, float]] = {}
         self._stages: dict[int, list[int]] = {}
@@ -152,12 +151,7 @@ class Collectives:
         """Whether nothing else can queue on this transfer's hops while it is in service: no
         shaped hop, and one stage of ``src`` all-reduces over its connection (its steps follow
         one another). Then its quanta would go back to back: it is sent whole, the same."""
-        if path.hops:
-            return False
-        alone = self.lone_stage.get(src)
-        if alone is None:
-            alone = self.lone_stage[src] = len(self.stages_of(src)) <= 1
-        return alone
+        return not path.hops and len(self.stages_of(src)) <= 1
 
     def _burst(self, path: Path, start: float) -> float:
         """Bytes the shaper's token bucket lets through at once at ``start``: refilled at the

@@ -117,19 +117,13 @@ class _Run:
         """Post rank ``r``'s receives in list order and record when each sender learns of its
         receive. Returns the time the rank's first action starts."""
         t = self.inp.start_offsets.get(r, 0.0)
-        for a in self._actions(r):
-            if a.kind in (Kind.RECV_F, Kind.RECV_B):
+        for *_, message, peer in self.compiled[r % self.s.pp]:
+            if message is not None and peer is None:  # a receive
                 t += C.POST_RECV_S
-                key = self._recv_key(r, a)
-                sender = self._global(r, key[2])
-                self.recv_known[key] = t + self.inp.path(r, sender).delay_s
+                sender = self._global(r, message[1])
+                self.recv_known[(r // self.s.pp,) + message] = (
+                    t + self.inp.path(r, sender).delay_s)
         return t
-
-    def _recv_key(self, r: int, a: Action) -> tuple:
-        """The message a RECV waits for: (replica, direction, sending stage, microbatch)."""
-        fwd = a.kind is Kind.RECV_F
-        return (r // self.s.pp, "F" if fwd else "B", a.stage - 1 if fwd else a.stage + 1,
-                a.microbatch)
 
     def _actions(self, rank: int) -> list[Action]:
         return self.s.actions[rank % self.s.pp]

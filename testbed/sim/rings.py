@@ -92,7 +92,7 @@ class CollectiveSteps(Mapping):
     def stages_of(self, rank: int) -> list[int]:
         """The virtual stages ``rank`` all-reduces (none without replicas)."""
         p = self.pp_rank.get(rank)
-        if p is None or not self._rings_of(rank):
+        if p is None or sum(map(len, self.groups[p])) < 2:  # both algorithms: one replica
             return []
         return list(self.schedule.stages_of(p))
 
