@@ -14,7 +14,8 @@ Record types (field ``type``):
   its process-group rendezvous), dist_backend ("gloo" | "nccl") and device ("cpu", "cuda:N").
 - ``readback`` (NCCL, and gloo under TESTBED_ORDERED_TRANSPORT; on the sending rank of each
   DC boundary, before the first iteration): peer, bytes (one activation), seconds (its one-way
-  time, median of the rounds), rounds, backend (``testbed.train.nccl.read_back``).
+  time, median of the rounds), rounds, round_trips (each round's [activation out and one
+  element back, one element each way], seconds), backend (``testbed.train.nccl.read_back``).
 - ``start_sync`` (last before ``end``): margin_ms (how far ahead of the last rank's arrival
   each iteration's common start was set, at first), final_margin_ms (the same at the end: it
   widens after late starts, see testbed.train.sync), late_starts (measured iterations this

@@ -164,21 +164,24 @@ def read_back(transport: NcclTransport, pairs: list[tuple[int, int]], shape: tup
     the sender sends one activation of ``shape`` and the receiver answers with one element;
     then both exchange one element each way. The activation's one-way time is the first round
     trip less half the second (the return leg and the fixed costs), median of
-    ``READBACK_ROUNDS``. The sender records it (``readback`` record)."""
+    ``READBACK_ROUNDS``. The sender records it (``readback`` record), with each round's two
+    round trips (``round_trips``: [activation out + element back, element each way])."""
     me = dist.get_rank()
     act = torch.zeros(shape, device=device)
     one = torch.zeros(1, device=device)
     for src, dst in pairs:
         if me not in (src, dst):
             continue
-        times = []
+        times, trips = [], []
         for _ in range(READBACK_ROUNDS):
             big = _round_trip(transport, me, src, dst, act, one)
             small = _round_trip(transport, me, src, dst, one, one)
             times.append(big - small / 2)
+            trips.append([round(big, 6), round(small, 6)])
         if me == src:
             tracer.record(type="readback", peer=dst, bytes=act.numel() * act.element_size(),
                           seconds=statistics.median(times), rounds=[round(t, 6) for t in times],
+                          round_trips=trips,
                           backend="nccl" if act.is_cuda else "gloo")
 
 

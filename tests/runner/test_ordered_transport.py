@@ -6,6 +6,7 @@ one activation across the DC boundary over gloo on CPU tensors, through the runn
 tests/gpu/test_nccl_gpu.py."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,14 @@ def test_the_ordered_transport_runs_a_two_dc_pipeline_and_reads_an_activation_ba
     assert 0.020 <= row["activation_readback_s"] < 1.25 * expected, row["activation_readback_s"]
     # the pipeline over it is measured as the simulator predicts (2-core machine: 10 %)
     assert row["iteration_time_s"] == pytest.approx(row["predicted_iteration_time_s"], rel=0.10)
+    # the trace keeps each round's two round trips, from which each one-way time was taken
+    (trace,) = (tmp_path / "r").glob("*/*/cells/*/trace-rank0.jsonl")
+    (rec,) = [r for r in map(json.loads, trace.read_text().splitlines())
+              if r["type"] == "readback"]
+    assert len(rec["round_trips"]) == len(rec["rounds"]) == 5
+    for (big, small), one_way in zip(rec["round_trips"], rec["rounds"]):
+        assert big >= 0.040 and small >= 0.040  # two crossings of the 20 ms link each
+        assert one_way == pytest.approx(big - small / 2, abs=2e-6)
 
 
 def test_without_the_ordered_transport_gloo_reads_nothing_back(tmp_path):
