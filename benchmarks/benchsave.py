@@ -58,6 +58,13 @@ class Saved:
         self._rows += rows
 
 
+def _interpreter() -> str:
+    """How the header names the Python that ran: the project's .venv, or the one found on the
+    PATH (a lent GPU machine's own, say)."""
+    venv = OUT_DIR.parents[1] / ".venv"
+    return ".venv/bin/python" if Path(sys.prefix).resolve() == venv.resolve() else "python3"
+
+
 @contextlib.contextmanager
 def saved(name: str, save: bool) -> Iterator[Saved]:
     """Print as usual; with ``save``, also write <name>.md and <name>.csv (written even when
@@ -69,7 +76,7 @@ def saved(name: str, save: bool) -> Iterator[Saved]:
     with contextlib.redirect_stdout(_Tee(sys.stdout, buf)):
         yield out
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    command = shlex.join([".venv/bin/python", f"benchmarks/{Path(sys.argv[0]).name}"]
+    command = shlex.join([_interpreter(), f"benchmarks/{Path(sys.argv[0]).name}"]
                          + sys.argv[1:])
     head = (f"# {name}\n\nWritten by `{command}` on "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()} "
