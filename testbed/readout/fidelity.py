@@ -17,7 +17,8 @@ are not this box's, a cell without a prediction has no gap to check).
   over the measured iterations (the workers' whole phase when there are no traces), from
   /proc/stat sampled through the workers' phase (``testbed.readout.cpu.CpuSampler``).
 - ``delayline_drops`` and ``queue_drops`` (already in the row).
-- ``predicted_gap_pct``: measured vs predicted iteration time, in %.
+- ``predicted_gap_pct``: measured vs predicted iteration time, in %; a gap outside the band
+  names the data-parallel all-reduce when its exposed time is off by half the gap or more.
 
 The column names are owned by ``testbed.readout.columns`` (``FIDELITY``).
 
@@ -130,6 +131,7 @@ class Signals:
     measured_s: float | None = None           # median iteration time
     predicted_s: float | None = None
     compute_vs_control_pct: float | None = None  # a program's compute vs its control run
+    allreduce_s: tuple[float, float] | None = None  # all-reduce exposed: (measured, predicted)
     program: bool = False
     why_unknown: dict[str, str] = field(default_factory=dict)  # check → why it has no input
 
@@ -198,6 +200,11 @@ def _gap(s: Signals) -> str | None:
     if abs(gap) <= AGREEMENT_PCT:
         return ""
     why = f" with {s.queue_drops} queue drops (loss is not modelled)" if s.queue_drops else ""
+    if s.allreduce_s is not None and s.measured_s and s.predicted_s:
+        got, want = s.allreduce_s  # where most of the gap is: the all-reduce's exposed time
+        if abs(got - want) >= 0.5 * abs(s.measured_s - s.predicted_s):
+            why += f", most of it the data-parallel all-reduce (exposed {got:.3f} s, " \
+                   f"predicted {want:.3f} s)"
     return f"measured {gap:+.1f} % vs predicted, outside ±{AGREEMENT_PCT:.0f} %{why}"
 
 
@@ -249,6 +256,8 @@ def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
                 measured_s=row.get("iteration_time_s"), predicted_s=predicted,
                 compute_vs_control_pct=row.get("compute_vs_control_pct"),
                 program=plan.experiment.workload.program is not None)
+    pair = (row.get("allreduce_exposed_s"), row.get("predicted_allreduce_exposed_s"))
+    s.allreduce_s = pair if all(isinstance(v, (int, float)) and v == v for v in pair) else None
     if s.program and s.compute_vs_control_pct is None:
         s.why_unknown["compute vs control run"] = row.get("control_error") or \
             "no control run (program.control: true) or no compute records"

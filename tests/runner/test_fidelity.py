@@ -82,6 +82,18 @@ def test_several_reasons_are_all_listed_and_queue_drops_explain_a_gap():
                     "±5 % with 37 queue drops (loss is not modelled)")
 
 
+def test_a_gap_mostly_in_the_all_reduce_says_so_and_one_elsewhere_does_not():
+    # 100 ms predicted, 120 ms measured: the all-reduce waited 15 ms against 2 ms predicted
+    text, _ = F.verdict(quiet(measured_s=0.120, allreduce_s=(0.015, 0.002)))
+    assert text == ("degraded: measured +20.0 % vs predicted, outside ±5 %, most of it the "
+                    "data-parallel all-reduce (exposed 0.015 s, predicted 0.002 s)")
+    # off by less than half the gap: the gap is elsewhere, nothing is named
+    text, _ = F.verdict(quiet(measured_s=0.120, allreduce_s=(0.011, 0.002)))
+    assert text == "degraded: measured +20.0 % vs predicted, outside ±5 %"
+    # inside the band the all-reduce is not looked at
+    assert F.verdict(quiet(allreduce_s=(0.5, 0.0)))[0] == "ok"
+
+
 def test_queue_drops_alone_do_not_degrade_a_cell():
     # a small configured queue drops by design; only the gap it causes counts
     assert F.verdict(quiet(queue_drops=500))[0] == "ok"
@@ -239,6 +251,13 @@ def test_assess_a_cell_from_its_traces_row_plan_and_the_cpu_over_its_measured_it
     assert d["fidelity"] == "degraded: measured +20.0 % vs predicted, outside ±5 %"
     assert d["fidelity_unchecked"] == "" and d["late_starts"] == 0
     assert d["cpu_busy_pct"] == 50.0 and d["compute_overshoot_p50_ms"] == 0.2
+    # the row's all-reduce pair, where both are numbers, localises the gap
+    ar = {"allreduce_exposed_s": 0.25 * predicted, "predicted_allreduce_exposed_s": 0.0}
+    assert "most of it the data-parallel all-reduce" in F.assess(
+        tmp_path, plan, {**row, **ar}, cpu)["fidelity"]
+    assert "all-reduce" not in F.assess(
+        tmp_path, plan, {**row, **ar, "predicted_allreduce_exposed_s": float("nan")},
+        cpu)["fidelity"]
     # a row with its own (phased) prediction is judged against that one
     assert F.assess(tmp_path, plan, {**row, "predicted_iteration_time_s": predicted * 1.2},
                     cpu)["predicted_gap_pct"] == 0.0
