@@ -64,8 +64,9 @@ FIDELITY = ["fidelity", "fidelity_unchecked", "compute_overshoot_p50_ms",
 CONTROL = ["control_iteration_time_s", "control_bubble_ratio", "network_added_s",
            "network_added_bubble", "compute_vs_control_pct", "control_error"]
 # NCCL (testbed.readout.nccl): the worker's backend, the transports NCCL connected over, any
-# that bypassed the emulated links, and one activation's read-back across the DC boundary
-NCCL = ["dist_backend", "nccl_transports", "nccl_bypass", "activation_readback_s",
+# that bypassed the emulated links, the most ranks on one GPU, and one activation's read-back
+# across the DC boundary
+NCCL = ["dist_backend", "nccl_transports", "nccl_bypass", "ranks_per_gpu", "activation_readback_s",
         "activation_readback_expected_s", "activation_readback_error_pct"]
 # a controller in the loop (testbed.readout.controlled): its policy, the decisions that changed
 # a rate, the measured iterations it was late for, whether the shaper had every rate it set

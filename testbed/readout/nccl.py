@@ -14,6 +14,10 @@ Columns (empty where NCCL never ran):
 - ``nccl_bypass``: transports other than the network seen by ranks that are alone on their
   emulated host: their every peer is on another host, so a P2P, NVLink or SHM connection
   moved bytes that no emulated link carried (empty: none, the links were crossed);
+- ``ranks_per_gpu``: the most ranks that ran on one GPU of one machine (their trace's
+  ``device`` among the GPUs ``CUDA_VISIBLE_DEVICES`` gave them, and ``host``); above 1, the
+  GPU took turns between those processes, and each NCCL transfer between them waited for its
+  turn (about 2.3 ms on an H100: results/gpu/readback-h100.md). Empty when no rank used a GPU;
 - ``activation_readback_s``: one activation's one-way time across the DC boundary, as the boundary
   ranks timed it over NCCL before the first iteration (``testbed.train.nccl.read_back``),
   mean over the boundaries; ``activation_readback_expected_s``: the configured path's delay plus the
@@ -67,9 +71,26 @@ def nccl_columns(plan, root: Path) -> dict[str, Any]:
     backends = {r.get("dist_backend") for recs in traces.values() for r in recs
                 if r.get("type") == "meta"} - {None}
     out = {"dist_backend": ";".join(sorted(backends)), "nccl_transports": ";".join(sorted(seen)),
-           "nccl_bypass": ";".join(sorted(bypass))}
+           "nccl_bypass": ";".join(sorted(bypass)), "ranks_per_gpu": ranks_per_gpu(traces)}
     out.update(_readback(plan, traces))
     return out
+
+
+def ranks_per_gpu(traces: dict[int, list[dict]]) -> int | None:
+    """The most ranks whose meta record names one GPU of one machine (``cuda:<i>`` is the
+    i-th of the rank's ``cuda_visible_devices``, else GPU i); None when no rank used a GPU."""
+    count: dict[tuple, int] = {}
+    for recs in traces.values():
+        for m in (r for r in recs if r.get("type") == "meta"):
+            kind, _, index = str(m.get("device") or "").partition(":")
+            if kind != "cuda":
+                continue
+            visible = [v.strip() for v in (m.get("cuda_visible_devices") or "").split(",")
+                       if v.strip()]
+            i = int(index or 0)
+            gpu = visible[i] if i < len(visible) else str(i)
+            count[(m.get("host"), gpu)] = count.get((m.get("host"), gpu), 0) + 1
+    return max(count.values()) if count else None
 
 
 def expected_one_way_s(plan, src_rank: int, dst_rank: int, nbytes: int) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from testbed.plan import plan_cell
-from testbed.readout.nccl import nccl_columns, transports
+from testbed.readout.nccl import nccl_columns, ranks_per_gpu, transports
 from testbed.spec.load import load_experiment
 
 HERE = Path(__file__).parent
@@ -46,6 +46,7 @@ def test_a_recorded_nccl_cell_reads_as_socket_only_with_its_read_back(tmp_path):
     got = nccl_columns(_nccl_plan(), cell)
     assert got["dist_backend"] == "nccl"
     assert got["nccl_transports"] == "NET/Socket" and got["nccl_bypass"] == ""
+    assert got["ranks_per_gpu"] == 2  # both emulated hosts' ranks on the machine's one GPU
     # 20 ms one way + 4 MiB at 10 Gbit/s (Ethernet frames: 1514 bytes per 1448 of payload)
     assert got["activation_readback_expected_s"] == pytest.approx(
         0.020 + 4 * 2**20 * 1514 / 1448 * 8 / 10e9, abs=1e-6)
@@ -66,3 +67,25 @@ def test_a_shared_memory_connection_of_a_rank_alone_on_its_host_is_a_bypass(tmp_
 def test_a_cell_that_never_used_nccl_has_empty_columns(tmp_path):
     got = nccl_columns(_nccl_plan(), tmp_path)
     assert got["nccl_transports"] == "" and got["activation_readback_s"] is None
+    assert got["ranks_per_gpu"] is None
+
+
+def _meta(rank: int, host: str, device: str, visible: str | None) -> dict[int, list[dict]]:
+    return {rank: [{"type": "meta", "rank": rank, "host": host, "device": device,
+                    "cuda_visible_devices": visible}]}
+
+
+@pytest.mark.parametrize("metas, want", [
+    # one GPU each: the runner's CUDA_VISIBLE_DEVICES, or all visible and cuda:<local rank>
+    ([("vm", "cuda:0", "0"), ("vm", "cuda:0", "1")], 1),
+    ([("vm", "cuda:0", None), ("vm", "cuda:1", None)], 1),
+    ([("vm", "cuda:1", "0,3"), ("vm", "cuda:0", "3")], 2),  # both on physical GPU 3
+    ([("a", "cuda:0", "0"), ("b", "cuda:0", "0")], 1),      # two machines' GPU 0
+    ([("vm", "cuda:0", "0")] * 3, 3),
+    ([("vm", "cpu", None), ("vm", "cpu", None)], None),
+])
+def test_ranks_per_gpu_counts_the_ranks_on_one_gpu_of_one_machine(metas, want):
+    traces = {}
+    for rank, (host, device, visible) in enumerate(metas):
+        traces.update(_meta(rank, host, device, visible))
+    assert ranks_per_gpu(traces) == want
