@@ -108,5 +108,7 @@ def test_a_two_dc_pipeline_cell_over_nccl_crosses_the_emulated_link(tmp_path):
     assert row["status"] == "ok", (row["error"], res.stdout[-2000:], res.stderr[-2000:])
     assert row["dist_backend"] == "nccl"
     assert row["nccl_transports"] == "NET/Socket" and pd.isna(row["nccl_bypass"])
+    # two emulated hosts, one rank each, take the machine's GPUs in rank order
+    assert row["ranks_per_gpu"] == (2 if torch.cuda.device_count() == 1 else 1)
     # the activation crossed the shaped link: never faster than its delay (20 ms one way)
     assert 0.020 <= row["activation_readback_s"] < 2 * row["activation_readback_expected_s"], row
