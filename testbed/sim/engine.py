@@ -55,7 +55,6 @@ class _Run:
         self.pos = [0] * self.world
         self.events: list[tuple[float, int, int]] = []
         self.seq = 0
-        self.next_step: tuple[float, int, int] | None = None  # (t, seq, rank): see go
         self.arrival: dict[tuple, float] = {}
         self.recv_known: dict[tuple, float] = {}  # when the sender learns the recv is posted
         self.waiting: dict[tuple, tuple[int, float]] = {}
@@ -104,19 +103,8 @@ class _Run:
             if self.inp.at_start:
                 for stage in self.collectives.stages_of(r):
                     self.collectives.start(self.inp.start_offsets.get(r, 0.0), stage, r)
-        events, step = self.events, self._step
-        while events or self.next_step is not None:
-            if self.next_step is not None:
-                # the step an action's end queued (its place in the order taken then): run at
-                # once when nothing queued comes before it, as popping it would have
-                t, seq, r = self.next_step
-                self.next_step = None
-                top = events[0] if events else None
-                if top is None or t < top[0] or (t == top[0] and seq < top[1]):
-                    step(t, r)
-                    continue
-                heapq.heappush(events, (t, seq, step, (r,)))
-            t, _, fn, args = heapq.heappop(events)
+        while self.events:
+            t, _, fn, args = heapq.heappop(self.events)
             fn(t, *args)
         if len(self.done) < self.world:
             stuck = {r: str(self._actions(r)[self.pos[r]]) for r in range(self.world)
@@ -171,8 +159,7 @@ class _Run:
     def _advance(self, r: int, a: Action, kind: str, t0: float, t1: float, cat: str) -> None:
         self.spans.append(Span(r, kind, a.stage, a.microbatch, t0, t1, cat))
         self.pos[r] += 1
-        self.seq += 1
-        self.next_step = (t1 + C.ACTION_GAP_S, self.seq, r)
+        self.push(t1 + C.ACTION_GAP_S, self._step, r)
 
     def _send(self, r: int, t: float, key: tuple, peer: int) -> None:
         """Rank ``r`` sends message ``key`` (replica, direction, stage, microbatch) to the
