@@ -5,19 +5,18 @@ Runs the overlapped streaming cell of ``benchmarks/lowcomm.yaml`` (three DCs, a 
 pipeline in each, 2 fragments, ``overlap_steps: 1``) through ``testbed run`` (root), then
 reads every ``ALLREDUCE_STEP`` of the measured sync steps from the ranks' traces (posted to
 done: the rank's chunk out and its neighbour's in) and sets their durations beside the
-simulator's cadence for the same iteration (a rank's step start to its next). Both stages' rings cross the same link directions and, overlapped, start
-together with the iteration; the simulator serves their chunks in turn (a chunk that fits in
-the queue enters it whole), so after the first step the rings run out of step and each step
-takes one chunk's serialisation plus the delay. A step that took longer than the model's
-cadence plus half a chunk's serialisation is counted as one in which the two rings' chunks
-shared the link.
+simulator's cadence for the same iteration (a rank's step start to its next). Both stages'
+rings cross the same link directions and, overlapped, start together with the iteration; the
+simulator serves their chunks in turn (a chunk that fits in the queue enters it whole), so
+after the first step the rings run out of step and each step takes one chunk's serialisation
+plus the delay. A step that took longer than the model's cadence plus half a chunk's
+serialisation is counted as one in which the two rings' chunks shared the link.
 
     sudo .venv/bin/python benchmarks/lowcomm_ring_steps.py [--save]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -46,19 +45,15 @@ def overlapped_cell(tmp: Path) -> Path:
 
 def measured_steps(cell_dir: Path, warmup: int) -> list[float]:
     """Every measured ALLREDUCE_STEP's duration (s), over the ranks."""
-    out = []
-    for trace in sorted(cell_dir.glob("trace-rank*.jsonl")):
-        for line in trace.read_text().splitlines():
-            r = json.loads(line)
-            if r.get("type") == "action" and r["kind"] == "ALLREDUCE_STEP" \
-                    and r["iter"] >= warmup:
-                out.append((r["t1"] - r["t0"]) / 1e9)
-    return out
+    from testbed.readout.traces import load_traces
+    return [(r["t1"] - r["t0"]) / 1e9 for recs in load_traces(cell_dir).values() for r in recs
+            if r.get("type") == "action" and r["kind"] == "ALLREDUCE_STEP"
+            and r["iter"] >= warmup]
 
 
-def simulated(exp: Path) -> tuple[list[float], float, float]:
-    """(the simulated sync step's ring-step durations (s), their cadence (s: a rank's step
-    start to its next), one chunk's serialisation (s))."""
+def simulated(exp: Path) -> tuple[int, float, float]:
+    """(the simulated sync step's ring steps, their cadence (s: a rank's step start to its
+    next), one chunk's serialisation (s))."""
     from testbed.plan import plan_cell
     from testbed.plan.outer import grad_numel, measured_kinds, sync_input
     from testbed.sim import run
@@ -74,7 +69,7 @@ def simulated(exp: Path) -> tuple[list[float], float, float]:
     path = plan.paths.path(plan.slots[0], next(s for s in plan.slots if s.dc != plan.slots[0].dc))
     # a step that queued behind nothing: the receiver's notice (one delay), then its chunk
     chunk = min(s.t1 - s.t0 for s in steps) - path.delay_s
-    return [s.t1 - s.t0 for s in steps], cadence, chunk
+    return len(steps), cadence, chunk
 
 
 def main() -> int:
@@ -87,15 +82,15 @@ def main() -> int:
         row = df.iloc[0]
         (cell_dir,) = (run_dir / "cells").iterdir()
         got = measured_steps(cell_dir, yaml.safe_load(exp.read_text())["workload"]["warmup"])
-        sim, cadence, chunk = simulated(exp)
+        simulated_steps, cadence, chunk = simulated(exp)
         slow = [d for d in got if d > cadence + chunk / 2]
         fast = [d for d in got if d <= cadence + chunk / 2]
         print(f"cell {row['cell_id']}: status {row['status']}; mean iteration "
               f"{row['mean_iteration_time_s']} s, predicted "
               f"{row['predicted_mean_iteration_time_s']} s; sync {row['outer_sync_s']} s, "
               f"predicted {row['predicted_outer_sync_s']} s")
-        print(f"simulated: {len(sim)} ring steps; a rank's steps start {cadence:.4f} s apart "
-              f"(median), of which one chunk's serialisation is {chunk:.4f} s: the two rings "
+        print(f"simulated: {simulated_steps} ring steps; a rank's steps start {cadence:.4f} s "
+              f"apart (median), of which one chunk's serialisation is {chunk:.4f} s: the two rings "
               f"take turns on each link direction")
         print(f"measured ring steps: {len(got)}; {len(fast)} within the model's cadence + half "
               f"a chunk (median {statistics.median(fast) if fast else float('nan'):.4f} s), "

@@ -66,8 +66,8 @@ CONTROL = ["control_iteration_time_s", "control_bubble_ratio", "network_added_s"
 # NCCL (testbed.readout.nccl): the worker's backend, the transports NCCL connected over, any
 # that bypassed the emulated links, the most ranks on one GPU, and one activation's read-back
 # across the DC boundary
-NCCL = ["dist_backend", "nccl_transports", "nccl_bypass", "ranks_per_gpu", "activation_readback_s",
-        "activation_readback_expected_s", "activation_readback_error_pct"]
+NCCL = ["dist_backend", "nccl_transports", "nccl_bypass", "ranks_per_gpu",
+        "activation_readback_s", "activation_readback_expected_s", "activation_readback_error_pct"]
 # a controller in the loop (testbed.readout.controlled): its policy, the decisions that changed
 # a rate, the measured iterations it was late for, whether the shaper had every rate it set
 CONTROLLER = ["controller_policy", "controller_changes", "controller_late",

@@ -26,6 +26,7 @@ Columns (empty where NCCL never ran):
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def nccl_columns(plan, root: Path) -> dict[str, Any]:
 def ranks_per_gpu(traces: dict[int, list[dict]]) -> int | None:
     """The most ranks whose meta record names one GPU of one machine (``cuda:<i>`` is the
     i-th of the rank's ``cuda_visible_devices``, else GPU i); None when no rank used a GPU."""
-    count: dict[tuple, int] = {}
+    count: Counter = Counter()
     for recs in traces.values():
         for m in (r for r in recs if r.get("type") == "meta"):
             kind, _, index = str(m.get("device") or "").partition(":")
@@ -89,7 +90,7 @@ def ranks_per_gpu(traces: dict[int, list[dict]]) -> int | None:
                        if v.strip()]
             i = int(index or 0)
             gpu = visible[i] if i < len(visible) else str(i)
-            count[(m.get("host"), gpu)] = count.get((m.get("host"), gpu), 0) + 1
+            count[(m.get("host"), gpu)] += 1
     return max(count.values()) if count else None
 
 
