@@ -36,7 +36,8 @@ LOW_COMMUNICATION = ["gradient_sync_mode", "inner_steps", "outer_dtype", "fragme
                      "compute_utilization", "predicted_compute_utilization", "outer_syncs",
                      "outer_sync_stall_s", "predicted_outer_sync_stall_s", "outer_sync_s",
                      "predicted_outer_sync_s", "outer_sync_payload_bytes",
-                     "wan_bytes_per_step_measured", "wan_bytes_per_step_planned"]
+                     "wan_bytes_per_step_measured", "wan_bytes_per_step_planned",
+                     "wan_headers_per_step_measured"]
 FILLER = ["filler_basis", "utilization", "training_utilization", "filler_requests_per_s",
           "filler_tokens_per_s", "filler_overrun_s"]
 # metrics_source: how the measured columns were obtained (testbed.readout.program);

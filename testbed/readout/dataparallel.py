@@ -12,10 +12,13 @@ the plan sends over it.
   divided by the iterations run (warm-up included: every iteration sends the same; the
   rendezvous, the connection warm-up, the per-iteration start sync and ACKs of the other
   direction's bytes are in it too). ``…_planned``: the payload the plan sends that way per
-  iteration: pipeline messages and all-reduce chunks whose route takes that link direction.
-  A veth counts a GSO packet (up to 64 KB) with one set of headers, so headers add little;
-  ACKs for the other direction's bytes add about 2 % of them (measured: 2.1–2.2 % above
-  the plan in tests/train/test_dp_across_dcs.py, where both directions carry the same).
+  iteration: pipeline messages and all-reduce chunks whose route takes that link direction,
+  and the connection warm-up's one message to each pipeline neighbour, over the iterations.
+- ``link_<name>_from_<dc>_headers_per_iter_measured``: the headers of the frames that
+  interface counted (its ``tx_packets`` × ``FRAME_HEADER_BYTES``), per iteration likewise.
+  A veth counts a GSO packet (up to 64 KB) as one frame with one set of headers, so how many
+  frames carry a payload depends on how TCP batched it; ACKs of the other direction are
+  frames of headers only. ``planned + headers`` is the algorithm's bytes plus headers.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from testbed.net.shaping.interface import Sent
 from testbed.plan import CellPlan
 from testbed.plan.outer import grad_numel, run_kinds, sync_input
 from testbed.readout.outer import allreduce_splits, outer_columns, wan_per_step
@@ -32,6 +36,11 @@ from testbed.readout.traces import load_traces
 from testbed.traceformat import TRACE_GLOB
 from testbed.spec.costs import FLOAT32_BYTES
 from testbed.spec.gradsync import AFTER_LAST_ACTION, OUTER_WARM_UP_ROUNDS
+# The headers one counted frame carries: Ethernet 14, IPv4 20, TCP 20 and its timestamp
+# option 12 (Linux sends it by default, net.ipv4.tcp_timestamps). Each frame the counter counts,
+# a GSO packet of up to 64 KB included, carries exactly one set.
+FRAME_HEADER_BYTES = 14 + 20 + 20 + 12
+
 
 def measured_allreduce(traces: dict[int, list[dict]], warmup: int) -> dict[str, Any]:
     """``allreduce_exposed_s`` and ``allreduce_hidden_s`` from the traces (empty without
@@ -47,7 +56,9 @@ def measured_allreduce(traces: dict[int, list[dict]], warmup: int) -> dict[str, 
 
 def planned_bytes(plan: CellPlan) -> dict[tuple[str, str], float]:
     """Payload bytes per iteration the plan sends over each inter-DC link direction (from DC,
-    to DC): pipeline messages and all-reduce chunks along their routes."""
+    to DC): pipeline messages and all-reduce chunks along their routes, and the built-in
+    worker's connection warm-up (one message to each pipeline neighbour before the first
+    iteration) spread over the iterations run."""
     out: dict[tuple[str, str], float] = defaultdict(float)
     slot = {s.rank: s for s in plan.slots}
     pp = plan.experiment.workload.parallel.pp
@@ -60,17 +71,28 @@ def planned_bytes(plan: CellPlan) -> dict[tuple[str, str], float]:
     if inp is None:
         return out
     owner = inp.schedule.stage_to_rank
+    w = plan.experiment.workload
     for s in plan.slots:
         for a in inp.schedule.actions[s.pp_rank]:
             if a.kind in (Kind.SEND_F, Kind.SEND_B):
                 peer = owner[a.stage + 1 if a.kind is Kind.SEND_F else a.stage - 1]
                 send(s.rank, s.dp_rank * pp + peer, inp.message_bytes)
+        if w.executor == "ir":  # testbed.train.executor's warm_up_connections, run once
+            for peer in _pipeline_neighbours(inp.schedule, s.pp_rank):
+                send(s.rank, s.dp_rank * pp + peer, inp.message_bytes / w.iterations)
     for collectives, share in _collectives_per_iteration(plan, inp):
         for s in plan.slots:
             for steps in collectives.get(s.rank, {}).values():
                 for st in steps:
                     send(s.rank, st.send_to, st.numel * FLOAT32_BYTES * share)
     return out
+
+
+def _pipeline_neighbours(schedule, pp_rank: int) -> set[int]:
+    """The other pipeline ranks that hold a stage next to one of ``pp_rank``'s."""
+    owner = schedule.stage_to_rank
+    return {owner[n] for st in schedule.stages_of(pp_rank) for n in (st - 1, st + 1)
+            if 0 <= n < schedule.n_stages} - {pp_rank}
 
 
 def _collectives_per_iteration(plan: CellPlan, inp) -> list[tuple[dict, float]]:
@@ -89,9 +111,11 @@ def _collectives_per_iteration(plan: CellPlan, inp) -> list[tuple[dict, float]]:
              count / w.iterations) for kind, count in kinds.items() if kind]
 
 
-def wire_columns(plan: CellPlan, before: dict | None, after: dict | None) -> dict[str, Any]:
+def wire_columns(plan: CellPlan, before: dict[str, Sent] | None,
+                 after: dict[str, Sent] | None) -> dict[str, Any]:
     """Measured (counter delta / iterations) and planned bytes per iteration of every
-    inter-DC link direction; only planned where the shaper reads no counters."""
+    inter-DC link direction, and the headers of the frames it counted; only planned where
+    the shaper reads no counters."""
     iterations = plan.experiment.workload.iterations
     planned = planned_bytes(plan)
     out: dict[str, Any] = {}
@@ -102,7 +126,10 @@ def wire_columns(plan: CellPlan, before: dict | None, after: dict | None) -> dic
                 out[p + "planned"] = round(planned.get((src, dst), 0.0))
             key = f"{src}->{dst}"
             if before is not None and after is not None and key in before and key in after:
-                out[p + "measured"] = round((after[key] - before[key]) / iterations)
+                sent, frames = (a - b for a, b in zip(after[key], before[key]))
+                out[p + "measured"] = round(sent / iterations)
+                out[f"link_{link.name}_from_{src}_headers_per_iter_measured"] = round(
+                    frames * FRAME_HEADER_BYTES / iterations)
     return out
 
 

@@ -14,7 +14,8 @@ mode's settings (``gradient_sync_mode``, ``inner_steps``, ``outer_dtype``, ``fra
 - ``outer_sync_payload_bytes``: one replica's pseudo-gradient per sync in ``outer_dtype``
   (every stage, one fragment), × bytes_scale;
 - ``wan_bytes_per_step_measured`` / ``_planned``: the inter-DC link directions' bytes per
-  iteration, summed (``testbed.readout.dataparallel.wire_columns``).
+  iteration, summed (``testbed.readout.dataparallel.wire_columns``), and
+  ``wan_headers_per_step_measured``: the headers of the frames they counted.
 
 Each has a ``predicted_`` twin from the simulator where one is defined (``testbed.plan.outer``).
 """
@@ -63,12 +64,13 @@ def outer_columns(plan: CellPlan, traces: dict[int, list[dict]],
 
 
 def wan_per_step(wire: dict[str, Any]) -> dict[str, Any]:
-    """``wan_bytes_per_step_measured`` and ``_planned``: the link directions' bytes per
-    iteration (``testbed.readout.dataparallel.wire_columns``) summed; None where none."""
+    """``wan_bytes_per_step_measured`` and ``_planned``, and ``wan_headers_per_step_measured``:
+    the link directions' bytes (and frame headers) per iteration
+    (``testbed.readout.dataparallel.wire_columns``) summed; None where none."""
     out = {}
-    for kind in ("measured", "planned"):
-        values = [v for k, v in wire.items() if k.endswith(f"_bytes_per_iter_{kind}")]
-        out[f"wan_bytes_per_step_{kind}"] = sum(values) if values else None
+    for what, kind in (("bytes", "measured"), ("bytes", "planned"), ("headers", "measured")):
+        values = [v for k, v in wire.items() if k.endswith(f"_{what}_per_iter_{kind}")]
+        out[f"wan_{what}_per_step_{kind}"] = sum(values) if values else None
     return out
 
 

@@ -177,7 +177,7 @@ class CellRunner:
         row: dict[str, Any] = {"network": net.tag}
         check()
         row.update(self.live.measured_links(plan, f"{plan.cell.cell_id}/{repeat}", check))
-        drops_before, sent_before = _drops(shaper), shaper.tx_bytes()
+        drops_before, sent_before = _drops(shaper), shaper.tx_counters()
         clock.mark("links")
         row["network_setup_s"], row["measure_links_s"] = (round(s, 3) for _, s in clock.spent)
         with ExitStack() as stack:
@@ -195,7 +195,7 @@ class CellRunner:
             ctl and ctl.stop()
             shaper.verify()  # still as set at the end of the run
             row.update(_drops(shaper, drops_before))
-            sent_after = shaper.tx_bytes()
+            sent_after = shaper.tx_counters()
             _write_json(Path(cell_dir.steps), player.applied)
             clock.mark("workers")
         clock.mark("stop")

@@ -23,10 +23,10 @@ pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow, pytest.mark
 ROOT = Path(__file__).resolve().parents[2]
 # predicted / measured iteration time on a busy 2-core machine (as test_emulated_dp.py)
 RATIO_BAND = (0.75, 1.1)
-# bytes a WAN interface counted / the payload the plan sends that way: headers (one set per
-# GSO packet on a veth), ACKs of the other direction's bytes (about 2 %), rendezvous, start
-# sync and the connection warm-up, over 4 iterations
-BYTES_ABOVE_PLAN = 1.05
+# bytes a WAN interface counted against the payload the plan sends that way plus the headers
+# of the frames it counted (ACKs of the other direction included): issue 26's 2 %. Left in
+# it: gloo's message headers, rendezvous, start sync and connection warm-up, over 4 iterations
+BYTES_PCT = 2.0
 
 # 840 KB of gradients (bytes_scale 0.1): the flat ring's 6 steps of 210 KB each pay the
 # receive's notification and the chunk's trip over the 20 ms link (about 50 ms a step); the
@@ -74,8 +74,11 @@ def test_dp_across_two_dcs_ring_and_hierarchical_measure_near_their_predictions(
         _steps_as_planned(run / "cells" / row["cell_id"], algorithm)
         for src in ("dwa", "dwb"):  # the interface counters against the plan's payload
             col = f"link_dwa-dwb_from_{src}_bytes_per_iter_"
-            assert 1.0 <= row[col + "measured"] / row[col + "planned"] <= BYTES_ABOVE_PLAN, \
-                (algorithm, src, row[col + "measured"], row[col + "planned"])
+            measured, planned = row[col + "measured"], row[col + "planned"]
+            headers = row[f"link_dwa-dwb_from_{src}_headers_per_iter_measured"]
+            assert 0 < headers < 0.1 * planned, (algorithm, src, headers, planned)
+            assert abs(100 * (measured / (planned + headers) - 1)) <= BYTES_PCT, \
+                (algorithm, src, measured, planned, headers)
         assert row["allreduce_exposed_s"] > 0.5 * row["predicted_allreduce_exposed_s"]
     ring, hier = rows.loc["ring"], rows.loc["hierarchical"]
     assert hier["predicted_iteration_time_s"] < ring["predicted_iteration_time_s"] - 0.1

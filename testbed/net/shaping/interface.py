@@ -3,8 +3,18 @@ the runner. A shaper is made for one built network and removed with it."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import NamedTuple
 
 from testbed.topology import LinkProfile
+
+
+class Sent(NamedTuple):
+    """What an interface has sent: its ``tx_bytes`` (whole frames, headers included) and
+    ``tx_packets`` (frames; a GSO packet of up to 64 KB counts once, with one set of
+    headers) counters."""
+
+    bytes: int
+    frames: int
 
 
 class Shaper(ABC):
@@ -45,9 +55,10 @@ class Shaper(ABC):
     def queue_drops(self) -> int:
         """Packets the bottleneck queues dropped, summed over directions."""
 
-    def tx_bytes(self) -> dict[str, int] | None:
-        """Bytes each inter-DC link direction's sending interface has sent so far (its
-        ``tx_bytes`` counter), keyed ``"<from DC>-><to DC>"``; None where not read."""
+    def tx_counters(self) -> dict[str, Sent] | None:
+        """What each inter-DC link direction's sending interface has sent so far (its
+        ``tx_bytes`` and ``tx_packets`` counters), keyed ``"<from DC>-><to DC>"``; None where
+        not read."""
         return None
 
     @abstractmethod

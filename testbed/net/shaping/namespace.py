@@ -13,7 +13,7 @@ from pathlib import Path
 from testbed.errors import CommandError, ShapingError
 from testbed.net.network import LinkEnd, Network
 from testbed.net.shaping import tc
-from testbed.net.shaping.interface import Shaper
+from testbed.net.shaping.interface import Sent, Shaper
 from testbed.topology import LinkProfile
 
 
@@ -131,12 +131,14 @@ class NamespaceShaper(Shaper):
             return tc.drops(q, self.drops_handle)
         return sum(_each(dropped, self.directions))
 
-    def tx_bytes(self) -> dict[str, int]:
-        """The ``tx_bytes`` counter of every direction's sending router interface."""
-        def sent(d: Direction) -> int:
+    def tx_counters(self) -> dict[str, Sent]:
+        """The ``tx_bytes`` and ``tx_packets`` counters of every direction's sending router
+        interface."""
+        def sent(d: Direction) -> Sent:
             out = self.net.run(d.end.router, ["ip", "-s", "-j", "link", "show", "dev",
                                               d.end.iface]).stdout
-            return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
+            tx = json.loads(out)[0]["stats64"]["tx"]
+            return Sent(int(tx["bytes"]), int(tx["packets"]))
         return {f"{d.end.router.dc}->{d.end.peer}": n
                 for d, n in zip(self.directions, _each(sent, self.directions))}
 
