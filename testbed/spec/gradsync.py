@@ -69,7 +69,8 @@ class GradientSync(Strict):
                                          "outer step of each parameter")
     outer_dtype: Literal["fp32", "bf16", "int8", "int4"] = Field(
         "fp32", description="diloco/streaming: the pseudo-gradient's type on the wire (4, 2, "
-                            "1 or 0.5 bytes per parameter); real compute sends fp32 only")
+                            "1 or 0.5 bytes per parameter; int8 and int4 add one 4-byte "
+                            "scale per chunk with real compute, which sums in fp32)")
     fragments: int = Field(1, ge=1, le=16,
                            description="streaming: parameter fragments (F), each synchronised "
                                        "in its own slot of the inner_steps (diloco: 1; at most "

@@ -268,9 +268,7 @@ def _check_outer(w: Workload) -> None:
     sync, mode = w.gradient_sync, f"gradient_sync.mode {w.gradient_sync.mode}"
     needs = [(w.parallel.dp < 2, "dp > 1 (replicas to synchronise)"),
              (w.executor != "ir", "executor: ir"),
-             (w.program is not None, "the built-in worker (a program syncs as it is written)"),
-             (w.compute.mode == "real" and sync.outer_dtype != "fp32",
-              "outer_dtype fp32 with real compute (lower types are emulated only)")]
+             (w.program is not None, "the built-in worker (a program syncs as it is written)")]
     missing = [what for bad, what in needs if bad]
     if missing:
         raise ValueError(f"{mode} needs {'; '.join(missing)}")

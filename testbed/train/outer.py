@@ -4,8 +4,9 @@ outer all-reduce of the pseudo-gradient of one fragment (diloco: all) of each of
 stages, over the same rings as the every-step all-reduce (``testbed.train.ring``).
 
 Emulated compute moves the pseudo-gradient's bytes in ``outer_dtype`` and does no arithmetic.
-Real compute (fp32) all-reduces the real pseudo-gradient (the parameters at the last outer
-step minus now), averages it and takes an outer Nesterov step from the last outer parameters.
+Real compute all-reduces the real pseudo-gradient (the parameters at the last outer step minus
+now), each chunk sent in ``outer_dtype`` and added in float32 (``testbed.train.wirecodec``),
+averages it and takes an outer Nesterov step from the last outer parameters.
 A fragment whose all-reduce ran beside an inner step (``overlap_steps: 1``) keeps that step's
 local progress on top of the outer result.
 
@@ -24,6 +25,7 @@ from testbed.spec.allreduce import rank_steps
 from testbed.spec.gradsync import AT_START, OUTER_WARM_UP_ROUNDS
 from testbed.train.rank import ns
 from testbed.train.ring import GradientRing
+from testbed.train.wirecodec import WireCodec
 
 
 @dataclass
@@ -53,7 +55,9 @@ class OuterSync:
                               else self.sync.wire_numel(n, f))
                 steps[key] = rank_steps(placement, executor.ctx.rank, sizes[key],
                                         self.sync.algorithm, self.sync.bucket_numel)
-        self.ring = GradientRing(steps, group, sizes, executor.tr, transport)
+        coded = self.real and self.sync.outer_dtype != "fp32"  # fp32: the plain real ring
+        self.ring = GradientRing(steps, group, sizes, executor.tr, transport,
+                                 WireCodec(self.sync.outer_dtype) if coded else None)
         self.anchor: dict[int, torch.Tensor] = {}
         self.momentum: dict[int, torch.Tensor] = {}
         if self.real:
@@ -68,8 +72,10 @@ class OuterSync:
         windows grow only while a step's chunk fills them, over several syncs (measured: the
         first two syncs of 4.6 MB steps 25 % slower than the later ones after one round)."""
         for _ in range(OUTER_WARM_UP_ROUNDS):
-            for f in range(self.frags):
-                works = [self.ring.start(-1, s * self.frags + f) for s in self.numel]
+            for f in range(self.frags):  # real: zeros, sent in outer_dtype as a sync sends
+                works = [self.ring.start(-1, k, torch.zeros(self.ring.numel[k]) if self.real
+                                         else None)
+                         for k in (s * self.frags + f for s in self.numel)]
                 for work in works:
                     work.wait()
 

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from testbed.spec.allreduce import Step, steps_of
 from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
 from testbed.train.transport import Transport
+from testbed.train.wirecodec import WireCodec
 
 ns = time.monotonic_ns
 # A step's chunk travels as messages of at most this many bytes, all posted at once (gloo
@@ -71,9 +72,11 @@ class GradientRing:
     flattened gradients to ``start``; emulated compute passes none."""
 
     def __init__(self, steps: dict[int, list[Step]], group: Any, numel: dict[int, int],
-                 tracer: Any, transport: Transport | None = None):
+                 tracer: Any, transport: Transport | None = None,
+                 codec: WireCodec | None = None):
         self.steps, self.numel, self.tr = steps, dict(numel), tracer
         self.transport = transport or Transport([group])
+        self.codec = codec  # real compute: the chunks' type on the wire (default float32)
         self._bucket_t0: dict[int, int] = {}  # each stage's current bucket's first step start
         self.chunk_numel = {s: max((st.numel for st in v), default=0) for s, v in steps.items()}
         size = min(max(self.chunk_numel.values(), default=1) or 1, PIECE_BYTES // FLOAT32_BYTES)
@@ -123,12 +126,12 @@ class GradientRing:
             return
         t1 = ns()
         self.tr.action(it, "ALLREDUCE_STEP", stage, st.index, t0, t1, "comm",
-                       st.numel * FLOAT32_BYTES, st.send_to)
+                       self._wire_bytes(st.numel), st.send_to)
         steps = self.steps[stage]
         if st.index == 0 or steps[st.index - 1].bucket != st.bucket:
             self._bucket_t0[stage] = t0
         if st.index + 1 == len(steps) or steps[st.index + 1].bucket != st.bucket:
-            sent = sum(x.numel for x in steps if x.bucket == st.bucket) * FLOAT32_BYTES
+            sent = sum(self._wire_bytes(x.numel) for x in steps if x.bucket == st.bucket)
             self.tr.action(it, "ALLREDUCE_BUCKET", stage, st.bucket, self._bucket_t0[stage], t1,
                            "comm", sent, None)
 
@@ -145,17 +148,15 @@ class GradientRing:
             if st.reduce:
                 time.sleep(reduce_step_s(st.numel * FLOAT32_BYTES))  # not done: slept
 
+    def _wire_bytes(self, numel: int) -> int:
+        """Bytes a step of ``numel`` elements sends (emulated: float32 elements as sent)."""
+        return self.codec.nbytes(numel) if self.codec else numel * FLOAT32_BYTES
+
     def _real(self, it: int, stage: int, flat: torch.Tensor) -> None:
-        steps, buckets, start = self.steps[stage], {}, 0
-        for b in sorted({st.bucket for st in steps}):
-            mine = [st for st in steps if st.bucket == b]
-            end = max(max(st.send_at, st.recv_at) + st.numel for st in mine)
-            n = min(end, flat.numel() - start)  # the bucket's elements; the rest is padding
-            buf = torch.zeros(end)
-            buf[:n] = flat[start:start + n]
-            buckets[b] = (start, n, buf)
-            start += n
-        for st in steps:
+        if self.codec is not None:
+            return self._real_coded(it, stage, flat)
+        buckets = self._buckets(stage, flat)
+        for st in self.steps[stage]:
             start, n, buf = buckets[st.bucket]
             got = torch.empty(st.numel)
             t0 = ns()
@@ -168,6 +169,52 @@ class GradientRing:
             else:
                 buf[st.recv_at:st.recv_at + st.numel] = got
             self._trace(it, stage, st, t0)
+        self._unpack(buckets, flat)
+
+    def _real_coded(self, it: int, stage: int, flat: torch.Tensor) -> None:
+        """As ``_real``, each chunk sent in ``codec``'s type and added in float32. A sender
+        keeps what its peer decodes; a chunk a gather step received is forwarded as the
+        message it came in, so every replica ends with the same values."""
+        codec, buckets = self.codec, self._buckets(stage, flat)
+        gathered: dict[tuple[int, int], torch.Tensor] = {}  # (bucket, offset) → its message
+        for st in self.steps[stage]:
+            start, n, buf = buckets[st.bucket]
+            out = buf[st.send_at:st.send_at + st.numel]
+            msg = gathered.get((st.bucket, st.send_at))
+            if msg is None or msg.numel() != codec.nbytes(st.numel):
+                msg = codec.encode(out)
+                out.copy_(codec.decode(msg, st.numel))
+            got = torch.empty(codec.nbytes(st.numel), dtype=torch.uint8)
+            t0 = ns()
+            sent = self.transport.isend(msg, st.send_to, stage * STAGE_TAGS + st.index)
+            self.transport.irecv(got, st.recv_from, stage * STAGE_TAGS + st.index).wait()
+            sent.wait()
+            into = buf[st.recv_at:st.recv_at + st.numel]
+            if st.reduce:
+                into += codec.decode(got, st.numel)
+                gathered.pop((st.bucket, st.recv_at), None)
+            else:
+                into.copy_(codec.decode(got, st.numel))
+                gathered[(st.bucket, st.recv_at)] = got
+            self._trace(it, stage, st, t0)
+        self._unpack(buckets, flat)
+
+    def _buckets(self, stage: int, flat: torch.Tensor) -> dict[int, tuple]:
+        """Each bucket of ``stage``'s steps: (its first element in ``flat``, its elements, a
+        zero-padded float32 copy that its steps' slices index)."""
+        steps, buckets, start = self.steps[stage], {}, 0
+        for b in sorted({st.bucket for st in steps}):
+            mine = [st for st in steps if st.bucket == b]
+            end = max(max(st.send_at, st.recv_at) + st.numel for st in mine)
+            n = min(end, flat.numel() - start)  # the bucket's elements; the rest is padding
+            buf = torch.zeros(end)
+            buf[:n] = flat[start:start + n]
+            buckets[b] = (start, n, buf)
+            start += n
+        return buckets
+
+    @staticmethod
+    def _unpack(buckets: dict[int, tuple], flat: torch.Tensor) -> None:
         for start, n, buf in buckets.values():
             flat[start:start + n] = buf[:n]
 

@@ -90,8 +90,8 @@ placement: dp_across_dcs
 @pytest.mark.parametrize("sync,compute,iterations,words", [
     ("{mode: diloco, inner_steps: 10}", "emulated", 6,
      "no outer sync among the measured iterations 1..5"),
-    ("{mode: diloco, inner_steps: 2, outer_dtype: int8}", "real", 6,
-     "outer_dtype fp32 with real compute"),
+    ("{mode: streaming, inner_steps: 2, fragments: 3}", "real", 6,
+     "fragments=3 needs as many inner_steps, got 2"),
 ])
 def test_validate_refuses_a_mode_that_cannot_run_in_one_line(tmp_path, sync, compute, iterations,
                                                              words):

@@ -29,14 +29,14 @@ from testbed.spec.gradsync import AFTER_LAST_ACTION, AT_START, GradientSync
 from testbed.topology import Slot
 from testbed.train.outer import OuterSync
 
-rank, port, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+rank, port, mode, dtype = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
 dist.init_process_group("gloo", rank=rank, world_size=3, timeout=datetime.timedelta(seconds=60))
 torch.manual_seed(0)
 module = torch.nn.Linear(5, 4)  # 24 parameters, the same on every replica
 start = torch.nn.utils.parameters_to_vector(module.parameters()).detach().clone()
 if mode == "diloco":
-    sync = GradientSync(mode="diloco", inner_steps=2)
+    sync = GradientSync(mode="diloco", inner_steps=2, outer_dtype=dtype)
     it, where = 1, AFTER_LAST_ACTION
 else:
     sync = GradientSync(mode="streaming", inner_steps=2, fragments=2, overlap_steps=1)
@@ -44,12 +44,13 @@ else:
 records = []
 ex = types.SimpleNamespace(w=types.SimpleNamespace(gradient_sync=sync), real=True,
                            ctx=types.SimpleNamespace(rank=rank, dp=3), modules={0: module},
-                           tr=types.SimpleNamespace(action=lambda *a: records.append(a[1])))
+                           tr=types.SimpleNamespace(action=lambda *a: records.append(a)))
 slots = [Slot(d, 0, d, "abc"[d], 0) for d in range(3)]
 outer = OuterSync(ex, slots, None, None, {0: 24})
+varied = torch.linspace(1, 2, 24)  # "varied": element k falls by 0.1 (rank + 1) varied[k]
 with torch.no_grad():
-    for p in module.parameters():
-        p -= 0.1 * (rank + 1)
+    for p, k in zip(module.parameters(), (0, 20)):
+        p -= 0.1 * (rank + 1) * (varied[k:k + p.numel()].view_as(p) if dtype != "fp32" else 1)
 pending = outer.start(it, where)
 if mode == "streaming":  # the inner step the all-reduce runs beside
     with torch.no_grad():
@@ -57,35 +58,61 @@ if mode == "streaming":  # the inner step the all-reduce runs beside
             p -= 0.01 * (rank + 1)
 outer.finish(it, pending)
 end = torch.nn.utils.parameters_to_vector(module.parameters()).detach()
-print(" ".join(f"{v:.6f}" for v in (end - start).tolist()))
-print(" ".join(sorted(set(records))))
+print(" ".join(repr(v) for v in (end - start).tolist()))
+print(" ".join(sorted({a[1] for a in records})))
+print(" ".join(str(a[7]) for a in records if a[1] == "ALLREDUCE_STEP"))
 dist.destroy_process_group()
 """
 
 
-def _run(tmp_path: Path, mode: str) -> list[tuple[list[float], str]]:
+def _run(tmp_path: Path, mode: str, dtype: str = "fp32") -> list[tuple[list[float], str, list[int]]]:
     script = tmp_path / "outer.py"
     script.write_text(SCRIPT)
     port = str(free_port())
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), port, mode], cwd=ROOT,
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), port, mode, dtype], cwd=ROOT,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for r in range(3)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
-    return [([float(v) for v in out.splitlines()[0].split()], out.splitlines()[1])
-            for out, _ in outs]
+    return [([float(v) for v in out.splitlines()[0].split()], out.splitlines()[1],
+             [int(b) for b in out.splitlines()[2].split()]) for out, _ in outs]
 
 
 def test_diloco_outer_step_averages_and_applies_nesterov_on_every_replica(tmp_path):
-    for moved, records in _run(tmp_path, "diloco"):
+    for moved, records, _ in _run(tmp_path, "diloco"):
         assert moved == pytest.approx([-0.266] * 24, abs=1e-5)
         assert records == "ALLREDUCE ALLREDUCE_BUCKET ALLREDUCE_STEP ALLREDUCE_WAIT"
 
 
 def test_an_overlapped_fragment_keeps_the_local_progress_made_beside_it(tmp_path):
-    for rank, (moved, _) in enumerate(_run(tmp_path, "streaming")):
+    for rank, (moved, _, _) in enumerate(_run(tmp_path, "streaming")):
         # fragment 0: the outer result plus this replica's step beside the all-reduce;
         # fragment 1: not synchronised, only the replica's own two steps
         assert moved[:12] == pytest.approx([-0.266 - 0.01 * (rank + 1)] * 12, abs=1e-5)
         assert moved[12:] == pytest.approx([-0.11 * (rank + 1)] * 12, abs=1e-5)
+
+
+# The largest error one encoding adds to a value, as a fraction of its chunk's largest
+# magnitude: half a step (int8: 1/127, int4: 1/7), bfloat16's 8-bit significand rounding.
+HALF_STEP = {"bf16": 2 ** -8, "int8": 0.5 / 127, "int4": 0.5 / 7}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "int8", "int4"])
+def test_a_narrow_outer_dtype_sends_its_bytes_sums_in_fp32_and_leaves_replicas_equal(
+        tmp_path, dtype):
+    """Replica r's pseudo-gradient at element k is 0.1 (r + 1) v_k, v_k from 1 to 2: the
+    average is 0.2 v_k and the outer step moves every replica by −0.7 × 1.9 × 0.2 v_k. Sent
+    in ``dtype`` the result is that within the encoding's rounding (each of the ring's 4
+    steps of 3 replicas encodes once, a chunk's largest partial sum is 0.6 × 2), and every
+    replica ends with the very same values."""
+    runs = _run(tmp_path, "diloco", dtype)
+    exact = [-0.266 * v for v in [1 + k / 23 for k in range(24)]]
+    bound = 1.33 * 4 * HALF_STEP[dtype] * 0.6 * 2 / 3
+    for moved, records, step_bytes in runs:
+        assert moved == pytest.approx(exact, abs=bound), (dtype, moved)
+        assert moved != pytest.approx(exact, abs=1e-5), "nothing was rounded"
+        # 24 parameters in 3 chunks of 8: each step's message is 8 values in dtype (+ scale)
+        per_value = {"bf16": 2, "int8": 1, "int4": 0.5}[dtype]
+        assert step_bytes == [int(8 * per_value) + (4 if dtype != "bf16" else 0)] * 4
+    assert runs[0][0] == runs[1][0] == runs[2][0]  # bit for bit: the same messages decoded
