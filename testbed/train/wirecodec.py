@@ -44,14 +44,15 @@ class WireCodec:
             return x.to(torch.bfloat16).view(torch.uint8).clone()
         levels = _LEVELS[self.dtype]
         top = float(x.abs().max()) if x.numel() else 0.0
-        scale = torch.tensor([top / levels if top > 0 else 1.0], dtype=torch.float32)
+        scale = torch.tensor([top / levels if top > 0 else 1.0], dtype=torch.float32,
+                             device=x.device)
         q = torch.round(x / scale).clamp_(-levels, levels)
         if self.dtype == "int8":
             values = q.to(torch.int8).view(torch.uint8)
         else:
             nib = (q + 8).to(torch.uint8)
             if nib.numel() % 2:
-                nib = torch.cat([nib, torch.tensor([8], dtype=torch.uint8)])
+                nib = torch.cat([nib, torch.full((1,), 8, dtype=torch.uint8, device=x.device)])
             values = nib[0::2] | (nib[1::2] << 4)
         return torch.cat([values, scale.view(torch.uint8)])
 
