@@ -42,8 +42,10 @@ from operator import attrgetter
 from testbed.schedule.ir import Action, Kind, Schedule
 from testbed.sim import calibration as C
 from testbed.sim.collective import Collectives
-from testbed.sim.iteration import (Deadlock, SimInput, SimResult, Span, TransferRequest,
-                                   duration)
+
+_tuple_new = tuple.__new__
+from testbed.sim.iteration import (Deadlock, Path, SimInput, SimResult, Span,
+                                   TransferRequest, duration)
 
 
 class _Run:
@@ -51,6 +53,7 @@ class _Run:
 
     def __init__(self, inp: SimInput):
         self.inp, self.s = inp, inp.schedule
+        self.pp = self.s.pp
         self.world = inp.dp * self.s.pp
         self.pos = [0] * self.world
         self.events: list[tuple[float, int, int]] = []
@@ -64,9 +67,12 @@ class _Run:
         self.done: dict[int, float] = {}
         self.memory = _Memory(self.s, self.world)
         self.collectives = Collectives(inp, self.push, self.hop_free, self.spans)
-        self.conn_hops: dict[tuple[int, int], tuple[str, ...]] = {}
+        # (src, dst) → the path and the hops its messages occupy (the pair's connection last)
+        self.conn: dict[tuple[int, int], tuple[Path, tuple[str, ...]]] = {}
         self.start_ar = inp.overlap and not inp.at_start  # all-reduces at the last backward
         self.compiled = [self._compile(p) for p in range(self.s.pp)]
+        self.step_fn = self._step  # one bound method for every step event
+        self.gap = C.ACTION_GAP_S
 
     def _compile(self, p: int) -> list[tuple]:
         """Pipeline rank ``p``'s actions with what ``_step`` needs of each, worked out once:
@@ -103,8 +109,9 @@ class _Run:
             if self.inp.at_start:
                 for stage in self.collectives.stages_of(r):
                     self.collectives.start(self.inp.start_offsets.get(r, 0.0), stage, r)
-        while self.events:
-            t, _, fn, args = heapq.heappop(self.events)
+        events, pop = self.events, heapq.heappop
+        while events:
+            t, _, fn, args = pop(events)
             fn(t, *args)
         if len(self.done) < self.world:
             stuck = {r: str(self._actions(r)[self.pos[r]]) for r in range(self.world)
@@ -117,12 +124,14 @@ class _Run:
         """Post rank ``r``'s receives in list order and record when each sender learns of its
         receive. Returns the time the rank's first action starts."""
         t = self.inp.start_offsets.get(r, 0.0)
-        for *_, message, peer in self.compiled[r % self.s.pp]:
+        post, replica, delay = C.POST_RECV_S, (r // self.pp,), {}
+        for *_, message, peer in self.compiled[r % self.pp]:
             if message is not None and peer is None:  # a receive
-                t += C.POST_RECV_S
-                sender = self._global(r, message[1])
-                self.recv_known[(r // self.s.pp,) + message] = (
-                    t + self.inp.path(r, sender).delay_s)
+                t += post
+                stage = message[1]
+                if stage not in delay:
+                    delay[stage] = self.inp.path(r, self._global(r, stage)).delay_s
+                self.recv_known[replica + message] = t + delay[stage]
         return t
 
     def _actions(self, rank: int) -> list[Action]:
@@ -132,7 +141,7 @@ class _Run:
         return (rank // self.s.pp) * self.s.pp + self.s.stage_to_rank[stage]
 
     def _step(self, t: float, r: int) -> None:
-        acts = self.compiled[r % self.s.pp]
+        acts = self.compiled[r % self.pp]
         i = self.pos[r]
         if i == len(acts):
             end = max(t, self.sent_by[r])
@@ -151,34 +160,40 @@ class _Run:
             if grads_done and self.start_ar:
                 self.collectives.start(t1, a.stage, r)
         elif peer is not None:
-            self._send(r, t, (r // self.s.pp,) + message, peer)
+            self._send(r, t, (r // self.pp,) + message, peer)
             self._advance(r, a, kind, t, t + C.SEND_CALL_S, "comm")
         else:
-            self._recv(r, a, kind, t, (r // self.s.pp,) + message)
+            self._recv(r, a, kind, t, (r // self.pp,) + message)
 
     def _advance(self, r: int, a: Action, kind: str, t0: float, t1: float, cat: str) -> None:
-        self.spans.append(Span(r, kind, a.stage, a.microbatch, t0, t1, cat))
+        # Span(...) without its Python-level __new__: the same tuple, made in C
+        self.spans.append(_tuple_new(Span, (r, kind, a.stage, a.microbatch, t0, t1, cat)))
         self.pos[r] += 1
-        self.push(t1 + C.ACTION_GAP_S, self._step, r)
+        self.seq += 1  # self.push(t1 + C.ACTION_GAP_S, self._step, r), without the call
+        heapq.heappush(self.events, (t1 + self.gap, self.seq, self.step_fn, (r,)))
 
     def _send(self, r: int, t: float, key: tuple, peer: int) -> None:
         """Rank ``r`` sends message ``key`` (replica, direction, stage, microbatch) to the
         pipeline rank ``peer`` of its replica."""
         dst = key[0] * self.s.pp + peer
-        path = self.inp.path(r, dst)
-        hops = self.conn_hops.get((r, dst))
-        if hops is None:
-            hops = self.conn_hops[(r, dst)] = path.hops + (f"conn {r}->{dst}",)
+        conn = self.conn.get((r, dst))
+        if conn is None:
+            path = self.inp.path(r, dst)
+            conn = self.conn[(r, dst)] = (path, path.hops + (f"conn {r}->{dst}",))
+        path, hops = conn
         start = max(t, self.recv_known.get(key, 0.0))
+        hop_free = self.hop_free
         for h in hops:
-            start = max(start, self.hop_free[h])
+            if hop_free[h] > start:
+                start = hop_free[h]
         if self.inp.transfer is not None:  # a per-transfer allocation (testbed.optical)
             start, path = self.inp.transfer(TransferRequest(r, dst, key, t, start,
                                                             self.inp.message_bytes))
         left = start + path.serialization_s(self.inp.message_bytes)
         for h in hops:
-            self.hop_free[h] = left
-        self.sent_by[r] = max(self.sent_by[r], left)
+            hop_free[h] = left
+        if left > self.sent_by[r]:
+            self.sent_by[r] = left
         self.arrival[key] = left + path.delay_s + C.MESSAGE_LATENCY_S
         if key in self.waiting:
             self.push(*self._wake(key))
@@ -191,7 +206,8 @@ class _Run:
         if key not in self.arrival:
             self.waiting[key] = (r, t)  # woken (at t) once the send is issued
             return
-        self._advance(r, a, kind, t, max(t, self.arrival[key]), "wait")
+        arrived = self.arrival[key]
+        self._advance(r, a, kind, t, arrived if arrived > t else t, "wait")
 
     def _all_reduce(self) -> dict[int, float]:
         """Each rank's end: after its sends left and its all-reduces ended (the wait for them
@@ -208,16 +224,16 @@ class _Run:
 
     def _result(self, ends: dict[int, float]) -> SimResult:
         busy, wait = [0.0] * self.world, [0.0] * self.world
-        for sp in self.spans:
-            if sp.cat == "compute":
-                busy[sp.rank] += sp.t1 - sp.t0
-            elif sp.cat == "wait":
-                wait[sp.rank] += sp.t1 - sp.t0
         # by rank, then start: each rank's spans were made nearly in order, so sorting them
         # rank by rank is the stable sort by (rank, t0) at a fraction of its cost
         by_rank: list[list[Span]] = [[] for _ in range(self.world)]
         for sp in self.spans:
-            by_rank[sp.rank].append(sp)
+            r, _, _, _, t0, t1, cat = sp
+            if cat == "compute":
+                busy[r] += t1 - t0
+            elif cat == "wait":
+                wait[r] += t1 - t0
+            by_rank[r].append(sp)
         spans = [sp for own in by_rank for sp in sorted(own, key=attrgetter("t0"))]
         return SimResult(spans, max(ends.values()), busy, wait, self.memory.peak_per_stage(),
                          self.memory.peak_per_rank())
