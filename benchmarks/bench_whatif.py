@@ -8,9 +8,11 @@ full event model.
   direction). Wall time and the process's peak RSS. Target (issue "What-if at the papers'
   sizes"): 8,192 ranks in ≤ 10 s with ≤ 1 GB. 100,000 ranks (≤ 120 s) is run only with
   ``--full``.
-- Sweep: ``--cells`` cells of 256 ranks (pp = 16 × dp = 16; every cell another WAN delay, so
-  every plan is distinct) with ``simulate -j <cores>``; the 1,000-cell time projected from the
-  measured rate (target ≤ 5 minutes).
+- Sweep: ``--cells`` cells (default 1,000) of 256 ranks (pp = 16 × dp = 16; every cell
+  another WAN delay, so every plan is distinct) with ``simulate -j <cores>``, timed whole
+  (target ≤ 5 minutes for 1,000). With fewer cells the 1,000-cell time is projected from the
+  measured rate, which counts the process's start once per ``--cells`` cells and so
+  overstates it.
 - Emulated vs simulated: ``benchmarks/whatif-overlap.yaml``, the same cell family at the
   sizes this box builds (4 to 64 ranks: pp = 4 × dp = 1 … 16 and pp = 16 × dp = 1 … 4; the
   file says what is scaled down so that one 2-core box carries it), through ``testbed run``
@@ -114,12 +116,12 @@ def sweep(tmp: Path, cells: int) -> list[dict]:
     jobs = os.cpu_count() or 1
     wall, _, _ = timed_simulate(path, "-j", str(jobs), "--parquet", str(tmp / "sweep.parquet"))
     projected = wall / cells * 1000
+    how = "measured" if cells == 1000 else f"projected from {cells} cells"
     print(f"sweep: {cells} cells of 256 ranks on {jobs} processes in {wall:.2f} s "
-          f"({wall / cells:.3f} s per cell); 1,000 cells projected {projected:.0f} s", flush=True)
-    return [{"check": f"1,000-cell sweep at 256 ranks (projected from {cells} cells, "
-                      f"{jobs} processes)", "configured": f"≤ {TARGET_SWEEP_S:g} s",
-             "measured": f"{projected:.0f} s", "verdict": "PASS" if projected <= TARGET_SWEEP_S
-             else "FAIL"}]
+          f"({wall / cells:.3f} s per cell); 1,000 cells {how}: {projected:.0f} s", flush=True)
+    return [{"check": f"1,000-cell sweep at 256 ranks ({how}, {jobs} processes)",
+             "configured": f"≤ {TARGET_SWEEP_S:g} s", "measured": f"{projected:.0f} s",
+             "verdict": "PASS" if projected <= TARGET_SWEEP_S else "FAIL"}]
 
 
 def agreement(tmp: Path) -> list[dict]:
@@ -190,7 +192,8 @@ def emulated_vs_simulated(tmp: Path) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_save(ap)
-    ap.add_argument("--cells", type=int, default=40, help="cells in the sweep (default 40)")
+    ap.add_argument("--cells", type=int, default=1000,
+                    help="cells in the sweep (default 1,000; fewer: the time is projected)")
     ap.add_argument("--full", action="store_true", help="also simulate 100,000 ranks")
     ap.add_argument("--no-emulate", action="store_true",
                     help="skip the emulated-vs-simulated cells (root, a few minutes)")
