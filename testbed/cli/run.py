@@ -34,7 +34,9 @@ def add_subcommands(sub) -> None:
     p.add_argument("--only", nargs="+", metavar="CELL_ID", default=[],
                    help="run only these cells (ids from `plan`)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and stop")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress output and no end tables: only where the csv, summary "
+                        "and plots are (and errors)")
     p.add_argument("--cold", action="store_true",
                    help="start every cell from scratch: a new network, new worker processes "
                         "and a new link measurement per cell (slower; for comparison)")
@@ -68,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             store.hand_over()  # summary.md and plots/: the sudo user's, as the rest of the run
         print_results(console, store, results_table(store.frame(), store.root),
-                      axis_tables(store.frame(), store.root))
+                      axis_tables(store.frame(), store.root), tables=not args.quiet)
     return code
 
 

@@ -15,13 +15,21 @@ _TITLES = {"n": "iters", "iteration_time_s": "iter s", "iteration_time_s_ci": "9
            "predicted_iteration_time_s": "pred iter s", "predicted_bubble_ratio": "pred bubble"}
 
 
-def print_results(console: Console, store, table, by_axis=()) -> None:
+def print_results(console: Console, store, table, by_axis=(), tables: bool = True) -> None:
     """The end-of-run tables, per cell and per axis value (medians with their 95 %
     interval): every number whole at the console's width (headers wrap; when the columns do
-    not fit side by side they are split over several tables, each led by the first column)."""
-    _print_table(console, "results", end_cells(table))
-    for axis, t in by_axis:
-        _print_table(console, f"by {axis.rsplit('.', 1)[-1]}", end_cells(t))
+    not fit side by side they are split over several tables, each led by the first column);
+    then where the csv, summary and plots are (alone when not ``tables``)."""
+    if tables:
+        _print_table(console, "results", end_cells(table))
+        for axis, t in by_axis:
+            _print_table(console, f"by {axis.rsplit('.', 1)[-1]}", end_cells(t))
+    else:  # the one thing of the tables a quiet run still says
+        failed = [r for r in store.rows if r.get("status") != "ok"]
+        if failed:
+            console.print(f"{len(failed)} of {len(store.rows)} cell runs failed: "
+                          + "; ".join(f"{r['cell_id']}: {r.get('error')}" for r in failed),
+                          highlight=False, soft_wrap=True)
     console.print(f"csv: {store.csv_path}")
     console.print(f"summary: {store.root / 'summary.md'}")
     console.print(f"plots: {store.root / 'plots'}")

@@ -77,9 +77,14 @@ def test_a_failing_worker_is_recorded_and_the_sweep_goes_on(tmp_path):
     ids = [ln.split("│")[2].strip() for ln in plan.stdout.splitlines()
            if ln.startswith("│") and ln.split("│")[2].strip().startswith("c")]
     first = ids[0]
-    res = run(str(TINY), "--results", str(tmp_path),
+    res = run(str(TINY), "--results", str(tmp_path), "--quiet",
               env={"TESTBED_INJECT_FAULT": f"1:1:{first}"})
     assert res.returncode == 1, res.stdout + res.stderr
+    # quiet: no progress lines and no end tables; where the csv is, and the failure, in a line
+    out = res.stdout.splitlines()
+    assert not [ln for ln in out if "│" in ln or ln.startswith("[1/3]")], res.stdout
+    assert f"csv: {run_dir(tmp_path) / 'results.csv'}" in out, res.stdout
+    assert [ln for ln in out if ln.startswith(f"1 of 3 cell runs failed: {first}: ")], res.stdout
     df = pd.read_csv(run_dir(tmp_path) / "results.csv").set_index("cell_id")
     assert df.loc[first, "status"] == "failed"
     assert "rank 1" in df.loc[first, "error"] and "injected fault" in df.loc[first, "error"]
