@@ -31,11 +31,12 @@ from testbed.net.shaping.interface import Sent
 from testbed.plan import CellPlan
 from testbed.plan.outer import grad_numel, run_kinds, sync_input
 from testbed.readout.outer import allreduce_splits, outer_columns, wan_per_step
-from testbed.schedule.ir import Kind
+from testbed.schedule.ir import Kind, Schedule
 from testbed.readout.traces import load_traces
 from testbed.traceformat import TRACE_GLOB
 from testbed.spec.costs import FLOAT32_BYTES
 from testbed.spec.gradsync import AFTER_LAST_ACTION, OUTER_WARM_UP_ROUNDS
+
 # The headers one counted frame carries: Ethernet 14, IPv4 20, TCP 20 and its timestamp
 # option 12 (Linux sends it by default, net.ipv4.tcp_timestamps). Each frame the counter counts,
 # a GSO packet of up to 64 KB included, carries exactly one set.
@@ -88,7 +89,7 @@ def planned_bytes(plan: CellPlan) -> dict[tuple[str, str], float]:
     return out
 
 
-def _pipeline_neighbours(schedule, pp_rank: int) -> set[int]:
+def _pipeline_neighbours(schedule: Schedule, pp_rank: int) -> set[int]:
     """The other pipeline ranks that hold a stage next to one of ``pp_rank``'s."""
     owner = schedule.stage_to_rank
     return {owner[n] for st in schedule.stages_of(pp_rank) for n in (st - 1, st + 1)

@@ -6,7 +6,8 @@ Each step sends one chunk to the next rank of its ring and receives one from the
 rank, over the DP group (split over ``workload.connections`` TCP connections when there are
 several groups); the next step starts when both are done. Real compute moves slices of the
 real (flattened, padded) gradients and adds what a reduce-scatter step receives: a real
-all-reduce with the same algorithm. Emulated compute never reads gradients: each step is a
+all-reduce with the same algorithm (a low-communication outer all-reduce in ``outer_dtype``
+sends each slice encoded, ``testbed.train.wirecodec``). Emulated compute never reads gradients: each step is a
 send from a buffer nothing writes and a receive into one nothing reads, and the addition is
 not done: its time on a GPU (``reduce_step_s``, docs/architecture.md) is slept instead, so a
 busy 2-core box spends no CPU on arithmetic nothing reads, and the simulator
@@ -178,7 +179,7 @@ class GradientRing:
         codec, buckets = self.codec, self._buckets(stage, flat)
         gathered: dict[tuple[int, int], torch.Tensor] = {}  # (bucket, offset) → its message
         for st in self.steps[stage]:
-            start, n, buf = buckets[st.bucket]
+            *_, buf = buckets[st.bucket]
             out = buf[st.send_at:st.send_at + st.numel]
             msg = gathered.get((st.bucket, st.send_at))
             if msg is None or msg.numel() != codec.nbytes(st.numel):
