@@ -6,7 +6,8 @@ tensor, and an outer SGD with Nesterov momentum applies them from the last outer
 
     torchrun --nproc-per-node 3 examples/diloco_train.py --inner-steps 10 --outer-steps 3
 
-``--dtype bf16`` sends the pseudo-gradients in bfloat16. Rank 0 prints
+``--dtype bf16`` sends the pseudo-gradients in bfloat16; ``--async-sync`` starts every
+tensor's all-reduce with ``async_op=True`` and then waits for them all. Rank 0 prints
 ``outer step K: loss L, sync S s`` after every outer step.
 """
 from __future__ import annotations
@@ -53,6 +54,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--outer-lr", type=float, default=0.7)
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--async-sync", action="store_true",
+                    help="start all the all-reduces at once, then wait for them")
     args = ap.parse_args()
 
     dist.init_process_group("gloo")
@@ -76,10 +79,15 @@ def main() -> None:
             inner.step()
             inner.zero_grad()
         t0 = time.perf_counter()
-        for p, a in zip(params, anchor):
-            delta = (a - p.detach()).to(wire)
-            dist.all_reduce(delta)
-            p.grad = delta.float() / world
+        deltas = [(a - p.detach()).to(wire) for p, a in zip(params, anchor)]
+        if args.async_sync:
+            for work in [dist.all_reduce(d, async_op=True) for d in deltas]:
+                work.wait()
+        else:
+            for d in deltas:
+                dist.all_reduce(d)
+        for p, a, d in zip(params, anchor, deltas):
+            p.grad = d.float() / world
             p.data.copy_(a)
         outer.step()
         outer.zero_grad()

@@ -41,7 +41,8 @@ Record types (field ``type``):
 - ``opt`` (a traced program, ``testbed.train.instrument``): t (an optimizer step's end), opt
   (which optimizer: 0 for the first to step, 1 for the next, …).
 - ``collective`` (a traced program): op ("all_reduce"), t0, t1 (the call), bytes (the
-  tensor's), blocking (false for ``async_op=True``, whose call returns at once).
+  tensor's), blocking (false for ``async_op=True``, whose call returns at once); or op
+  "wait": the ``wait()`` of an async all-reduce's work, t0, t1, bytes 0, blocking true.
 - ``end``: status ("ok" | "error"), error (message or null), t (ns).
 
 Metrics only trust ``compute`` records as busy time; everything else in an iteration span is idle.

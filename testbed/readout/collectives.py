@@ -2,13 +2,14 @@
 row: the same columns as the built-in worker's low-communication modes
 (``testbed.readout.outer``), measured from outside.
 
-Each blocking ``all_reduce`` call is placed in the measured iteration of its rank in which it
-started. A *sync step* is a measured iteration in which any rank called one:
+Each ``all_reduce`` call (blocking or ``async_op=True``) and each wait of an async one's work
+is placed in the measured iteration of its rank in which it started. A *sync step* is a
+measured iteration in which any rank called one:
 
 - ``outer_syncs``: the measured sync steps; ``iterations.csv``'s ``outer_sync`` marks them
   with the number of calls;
-- ``outer_sync_stall_s``: per sync step, each rank's time inside its blocking calls (the time
-  it stood still for them), mean over ranks, then over the sync steps;
+- ``outer_sync_stall_s``: per sync step, each rank's time inside its blocking calls and its
+  waits (the time it stood still for them), mean over ranks, then over the sync steps;
 - ``outer_sync_payload_bytes``: per sync step, the bytes of each rank's all-reduced tensors,
   mean over ranks, then over the sync steps;
 - ``mean_iteration_time_s``: the mean period over the measured iterations, sync steps included;
@@ -16,7 +17,7 @@ started. A *sync step* is a measured iteration in which any rank called one:
   program it is the time not spent blocked in all-reduces: per rank, 1 − its stall over its
   measured iterations' time, mean over ranks (INTELLECT-1 measured it so).
 
-``async_op=True`` calls return at once and are not counted as stall.
+An ``async_op=True`` call returns at once: its stall is its wait's.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from typing import Any
 
 def program_sync_columns(traces: dict[int, list[dict]]) -> tuple[dict[str, Any], dict[int, int]]:
     """(the columns above, {measured iteration: all-reduce calls in it}); empty without
-    blocking ``collective`` records."""
+    ``collective`` records."""
     stall: dict[int, dict[int, float]] = defaultdict(dict)   # iteration → rank → s
     sent: dict[int, dict[int, int]] = defaultdict(dict)      # iteration → rank → bytes
     calls: dict[int, int] = defaultdict(int)
@@ -39,13 +40,15 @@ def program_sync_columns(traces: dict[int, list[dict]]) -> tuple[dict[str, Any],
         for t0, t1, _ in iters:
             time_by_rank[rank] += (t1 - t0) / 1e9
             periods.append((t1 - t0) / 1e9)
-        for c in (r for r in recs if r.get("type") == "collective" and r.get("blocking")):
+        for c in (r for r in recs if r.get("type") == "collective"):
             it = next((i for t0, t1, i in iters if t0 <= c["t0"] < t1), None)
             if it is None:
                 continue
-            stall[it][rank] = stall[it].get(rank, 0.0) + (c["t1"] - c["t0"]) / 1e9
-            sent[it][rank] = sent[it].get(rank, 0) + c["bytes"]
-            calls[it] += 1
+            if c.get("blocking"):  # a blocking call or an async one's wait
+                stall[it][rank] = stall[it].get(rank, 0.0) + (c["t1"] - c["t0"]) / 1e9
+            if c.get("op", "all_reduce") == "all_reduce":
+                sent[it][rank] = sent[it].get(rank, 0) + c["bytes"]
+                calls[it] += 1
     if not calls:
         return {}, {}
     ranks = list(traces)

@@ -97,11 +97,13 @@ class Instrument:
         tr.flush()
         self.it, self.mark = self.it + 1, t1
 
-    def collective(self, t0: int, t1: int, nbytes: int, blocking: bool) -> None:
-        """Record one ``all_reduce`` call (``collectives``): anywhere in the program, not only
-        inside a step; the readout places it in the iteration it falls in. Not flushed here (a
-        program may call it per tensor): the next optimizer step or the trace's end does."""
-        self._trace().record(type="collective", op="all_reduce", t0=t0, t1=t1, bytes=nbytes,
+    def collective(self, t0: int, t1: int, nbytes: int, blocking: bool,
+                   op: str = "all_reduce") -> None:
+        """Record one ``all_reduce`` call, or the wait of an async one (``collectives``):
+        anywhere in the program, not only inside a step; the readout places it in the
+        iteration it falls in. Not flushed here (a program may call it per tensor): the next
+        optimizer step or the trace's end does."""
+        self._trace().record(type="collective", op=op, t0=t0, t1=t1, bytes=nbytes,
                              blocking=blocking)
 
     def optimizer_step(self, optimizer=None) -> None:
@@ -185,9 +187,9 @@ def _optimizer_stepped(optimizer, args, kwargs) -> None:
         _ACTIVE.optimizer_step(optimizer)
 
 
-def _all_reduced(t0: int, t1: int, nbytes: int, blocking: bool) -> None:
+def _all_reduced(t0: int, t1: int, nbytes: int, blocking: bool, op: str) -> None:
     if _ACTIVE is not None:
-        _ACTIVE.collective(t0, t1, nbytes, blocking)
+        _ACTIVE.collective(t0, t1, nbytes, blocking, op)
 
 
 def install(ins: Instrument) -> None:
