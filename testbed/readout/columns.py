@@ -15,9 +15,9 @@ HEAD = ["experiment", "run_id", "cell_id", "repeat", "status", "error"]
 # gradient_sync: the DP all-reduce's algorithm (empty for dp = 1);
 # unshaped_rdma_hosts: the hosts on which NCCL was let use InfiniBand/RoCE, which no shaper
 # sees (workload.unshaped_rdma; testbed.launch.rdma), space-separated; empty when none
-SETTINGS = ["backend", "shaper", "unshaped_rdma_hosts", "placement", "placement_stage_dcs", "placement_map",
-            "gradient_sync", "schedule", "executor",
-            "compute_mode", "schedule_rule", "pp", "dp", "chunks", "microbatches"]
+SETTINGS = ["backend", "shaper", "unshaped_rdma_hosts", "placement", "placement_stage_dcs",
+            "placement_map", "gradient_sync", "schedule", "executor", "compute_mode",
+            "schedule_rule", "pp", "dp", "chunks", "microbatches"]
 MEASURED = ["iteration_time_s", "iteration_time_p95_s", "bubble_ratio", "bubble_ratio_max",
             "bubble_ratio_megatron", "wall_time_per_iteration_s", "throughput_tokens_s",
             "throughput_samples_s", "iteration_throughput_tokens_s",
@@ -52,9 +52,9 @@ FILLER = ["filler_basis", "utilization", "training_utilization", "filler_request
 # network: the tag of the network the cell ran on (cells in a row with one topology share it);
 # links_measured_in: the cell/repeat whose link measurement these link columns are (made once
 # per link state and network: testbed.runner.livenet)
-BOOKKEEPING = ["metrics_source", "iteration_basis", "exit_status", "wall_time_s", "iterations_measured", "delayline_drops",
-               "queue_drops", "network", "links_measured_in", "network_setup_s",
-               "measure_links_s", "started_at",
+BOOKKEEPING = ["metrics_source", "iteration_basis", "exit_status", "wall_time_s",
+               "iterations_measured", "delayline_drops", "queue_drops", "network",
+               "links_measured_in", "network_setup_s", "measure_links_s", "started_at",
                "duration_s"]
 # self-fidelity (testbed.readout.fidelity): the verdict, what it could not check, and its signals
 FIDELITY = ["fidelity", "fidelity_unchecked", "compute_overshoot_p50_ms",
@@ -73,8 +73,8 @@ NCCL = ["dist_backend", "nccl_transports", "nccl_bypass", "ranks_per_gpu",
 # a rate, the measured iterations it was late for, whether the shaper had every rate it set
 CONTROLLER = ["controller_policy", "controller_changes", "controller_late",
               "controller_readback_ok"]
-BODY = (SETTINGS + MEASURED + PREDICTED + DATA_PARALLEL + LOW_COMMUNICATION + FILLER + CONTROL + NCCL + CONTROLLER
-        + BOOKKEEPING + FIDELITY)
+BODY = (SETTINGS + MEASURED + PREDICTED + DATA_PARALLEL + LOW_COMMUNICATION + FILLER + CONTROL
+        + NCCL + CONTROLLER + BOOKKEEPING + FIDELITY)
 LINK_PREFIX = "link_"
 STATUSES = ("ok", "failed", "skipped")
 
