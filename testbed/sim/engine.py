@@ -181,7 +181,7 @@ class _Run:
             path = self.inp.path(r, dst)
             conn = self.conn[(r, dst)] = (path, path.hops + (f"conn {r}->{dst}",))
         path, hops = conn
-        start = max(t, self.recv_known.get(key, 0.0))
+        start = max(t, self.recv_known.pop(key, 0.0))  # each message is sent once
         hop_free = self.hop_free
         for h in hops:
             if hop_free[h] > start:
@@ -206,7 +206,7 @@ class _Run:
         if key not in self.arrival:
             self.waiting[key] = (r, t)  # woken (at t) once the send is issued
             return
-        arrived = self.arrival[key]
+        arrived = self.arrival.pop(key)  # each message is received once
         self._advance(r, a, kind, t, arrived if arrived > t else t, "wait")
 
     def _all_reduce(self) -> dict[int, float]:
