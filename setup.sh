@@ -22,6 +22,10 @@ apt_packages=(
   iputils-ping    # RTT probes
   user-mode-linux # a 6.1 kernel with sch_netem, run as a process: the netem tests run in it
   ethtool         # offload settings on veths
+  slurm-client    # scontrol, srun, salloc, sinfo: the Slurm launch path (testbed.net.cluster.slurm)
+  slurmctld slurmd # tests/slurm's stand-in cluster: the tests start their own daemons with their own
+                   # slurm.conf (the packages' services need /etc/slurm/slurm.conf, so do not start)
+  munge           # Slurm's auth: tests/slurm runs a munged of its own (own key and socket)
   procps kmod     # ps, sysctl; modprobe where modules exist
   python3 python3-venv python3-dev gcc
   python-is-python3 # a `python` command: the design card's `sudo python -m testbed run exp.yaml`
