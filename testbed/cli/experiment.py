@@ -74,6 +74,12 @@ def print_plan(le: LoadedExperiment, plans: list[CellPlan], console: Console) ->
                       _placed(p.grid), _num(pred.get("predicted_iteration_time_s")),
                       _num(pred.get("predicted_bubble_ratio")))
     console.print(table)
+    if exp.cluster is not None:
+        from testbed.net.backends.cluster import ClusterBackend
+        backend = ClusterBackend.for_experiment(exp, le.path.parent)
+        console.print("machines (DCs packed by cores, memory and GPUs):")
+        for line in backend.planned(exp.network_topology()):
+            console.print(f"  {line}")
 
 
 def _placed(grid: list[list[str]]) -> str:

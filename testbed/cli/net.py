@@ -42,7 +42,15 @@ def add_subcommands(sub) -> None:
                                     "nothing without a testbed run tag.")
     cl.add_argument("--include-live", action="store_true",
                     help="also remove networks whose owner is still running")
+    cl.add_argument("--tag", type=_run_tag, help="only this network (tb + 6 hex digits)")
     cl.set_defaults(func=_clean)
+
+
+def _run_tag(text: str) -> str:
+    from testbed.net.ledger import TAG_RE
+    if not TAG_RE.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a run tag (tb + 6 hex digits)")
+    return text
 
 
 def _need_root(what: str) -> None:
@@ -112,10 +120,17 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
+    from testbed.net.cluster.clean import clean_machines, spread_ledgers
     from testbed.net.ledger import clean
 
     _need_root("clean")
-    report = clean(include_live=args.include_live)
+    spread_removed, spread_failed = [], []
+    for led in spread_ledgers(args.include_live, args.tag):  # networks spread over machines
+        done, failed = clean_machines(led)
+        spread_removed += done
+        spread_failed += failed
+    report = clean(include_live=args.include_live, tag=args.tag)
+    report.removed[:0], report.failed[:0] = spread_removed, spread_failed
     for r in report.removed:
         print(f"removed {r}")
     for r in report.skipped_live:

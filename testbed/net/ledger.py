@@ -68,6 +68,9 @@ class Ledger:
     namespaces: list[str] = field(default_factory=list)
     root_links: list[str] = field(default_factory=list)
     processes: list[list[int]] = field(default_factory=list)  # [pid, start time]
+    # a network spread over machines (backend cluster): how to reach them and each machine's
+    # own tag, so that ``clean`` removes their shares too (testbed.net.cluster.clean)
+    machines: dict = field(default_factory=dict)
     created: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
@@ -236,7 +239,7 @@ def clean(include_live: bool = False, tag: str | None = None) -> CleanReport:
             log.warning("unreadable ledger %s: %s", path, e)
             continue
         known.add(led.tag)
-        if tag and led.tag != tag:
+        if (tag and led.tag != tag) or led.machines:  # spread over machines: their own clean
             continue
         if led.owner_alive() and not include_live:
             report.skipped_live.append(led.tag)

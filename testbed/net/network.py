@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import IO, Any, Callable
 
-from testbed.errors import CommandError
+from testbed.errors import CommandError, writing
 from testbed.net.ledger import Ledger
 from testbed.process import STOP_GRACE_S, ProcessHandle
 from testbed.topology import ResolvedLink, Topology
@@ -128,6 +128,21 @@ class Network:
     def put(self, node: Node, local: Path, there: PurePath) -> None:
         """Copy ``local`` to ``there`` on ``node`` (nothing to do on this machine)."""
 
+    def write_text(self, node: Node, path: PurePath, text: str) -> None:
+        """Replace the file ``path`` where ``node`` sees it (a name from ``files_dir``) with
+        ``text``, atomically: a reader sees the old file or the new one."""
+        tmp = Path(path).with_suffix(".tmp")
+        with writing(Path(path)):
+            tmp.write_text(text)
+            os.replace(tmp, path)
+
+    def read_text(self, node: Node, path: PurePath) -> str | None:
+        """The file ``path`` where ``node`` sees it; None when it does not exist (yet)."""
+        try:
+            return Path(path).read_text()
+        except FileNotFoundError:
+            return None
+
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_file: IO[bytes],
               outputs: list[tuple[PurePath, Path]] = (),
               cwd: PurePath | None = None) -> ProcessHandle:
@@ -137,6 +152,11 @@ class Network:
         this machine). Returns its handle, stopped by teardown at the latest."""
         return self.popen(node, argv, env=dict(os.environ, **env), stdout=log_file,
                           stderr=log_file, cwd=cwd)
+
+    def row_notes(self) -> dict[str, Any]:
+        """Columns the results row takes from how the network was built (none here; a network
+        spread over machines names them and what the links between them add)."""
+        return {}
 
     def teardown(self) -> None:
         """Remove everything this network made; safe to call twice."""

@@ -73,8 +73,12 @@ NCCL = ["dist_backend", "nccl_transports", "nccl_bypass", "ranks_per_gpu",
 # a rate, the measured iterations it was late for, whether the shaper had every rate it set
 CONTROLLER = ["controller_policy", "controller_changes", "controller_late",
               "controller_readback_ok"]
+# backend cluster (testbed.net.cluster): which DCs each machine carried ("m1:dc0+dc1 m2:dc2"),
+# the underlay's own round trip and TCP rate between machines a tunnel joins (the worst pair),
+# and the tunnels' MTU
+CLUSTER = ["cluster_machines", "underlay_rtt_ms", "underlay_rate_mbit", "tunnel_mtu"]
 BODY = (SETTINGS + MEASURED + PREDICTED + DATA_PARALLEL + LOW_COMMUNICATION + FILLER + CONTROL
-        + NCCL + CONTROLLER + BOOKKEEPING + FIDELITY)
+        + NCCL + CONTROLLER + CLUSTER + BOOKKEEPING + FIDELITY)
 LINK_PREFIX = "link_"
 STATUSES = ("ok", "failed", "skipped")
 

@@ -173,6 +173,7 @@ class CellRunner:
         clock = _Phases()
         net, shaper = self.live.acquire(plan, Path(cell_dir.net))
         marks["unshaped_rdma_hosts"] = " ".join(unshaped_rdma_hosts(net, plan))  # or refused
+        marks.update(net.row_notes())
         clock.mark("network")
         row: dict[str, Any] = {"network": net.tag}
         check()

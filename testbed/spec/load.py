@@ -171,6 +171,14 @@ def cross_checks(exp: Experiment) -> list[tuple[Loc, str]]:
     if exp.backend == "remote" and exp.remote is None:
         out.append((("backend",), "backend remote needs a remote section naming the lab's "
                                   "inventory: remote: {inventory: lab.ini}"))
+    if exp.backend == "cluster" and exp.cluster is None:
+        out.append((("backend",), "backend cluster needs a cluster section naming the machines' "
+                                  "inventory: cluster: {inventory: machines.ini}"))
+    if exp.cluster is not None:
+        dcs = {dc.name for dc in exp.topology.dcs}
+        out += [(("cluster", "place", dc), f"no DC {dc!r} in the topology (its DCs: "
+                                           f"{', '.join(sorted(dcs))})")
+                for dc in exp.cluster.place if dc not in dcs]
     if not isinstance(exp.placement, str):
         out += map_problems(exp.topology, exp.placement.map, w.parallel.pp, w.parallel.dp,
                             per_host)
@@ -192,9 +200,10 @@ def controller_problems(exp: Experiment) -> list[tuple[Loc, str]]:
     if exp.workload.program is not None:
         out.append((("controller",), "the controller reads the built-in worker's waits: remove "
                                      "workload.program or controller"))
-    if exp.backend == "remote":
+    if exp.backend in ("remote", "cluster"):
         out.append((("controller",), "the controller reads every rank's trace while the cell "
-                                     "runs, which lab hosts bring back only at its end: use "
+                                     "runs, which lab hosts and machines bring back only at its "
+                                     "end: use "
                                      "backend netns or mininet"))
     stepped = [f"{lk.a}-{lk.b}" for lk in resolved if lk.steps
                and (c.links is None or f"{lk.a}-{lk.b}" in c.links)]

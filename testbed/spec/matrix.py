@@ -31,7 +31,7 @@ MAX_CELLS = 10_000
 
 # Fields added after cell ids were first published: hashed only when set, so that adding a
 # field does not change the id of every existing cell (and `run --resume` keeps working).
-ID_OPTIONAL_FIELDS = {"remote": None, "topology.tcp_congestion_control": "cubic",
+ID_OPTIONAL_FIELDS = {"remote": None, "cluster": None, "topology.tcp_congestion_control": "cubic",
                       "workload.connections": 1, "workload.memory_limit": None,
                       "workload.filler": None, "workload.schedule_file": None,
                       "workload.program": None, "workload.ranks_per_host": 1,

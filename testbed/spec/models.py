@@ -98,13 +98,51 @@ class Remote(Strict):
                                description="round trips per host; the fastest gives the offset")
 
 
+class Cluster(Strict):
+    """Machines that each carry a share of the emulation, for ``backend: cluster`` (see
+    docs/howto/cluster.md)."""
+
+    inventory: str | None = Field(None, description="Ansible INI inventory whose group "
+                                                    "[machines] lists the machines, reached "
+                                                    "over SSH (path relative to this file): "
+                                                    "testbed_addr and testbed_iface are each "
+                                                    "machine's underlay, testbed_cores, "
+                                                    "testbed_memory_gb and testbed_gpus what "
+                                                    "it offers")
+    slurm: bool = Field(False, description="the machines are the nodes of the Slurm allocation "
+                                           "testbed runs in (salloc/sbatch), every per-node "
+                                           "part started with srun; instead of inventory")
+    known_hosts: str = Field("~/.ssh/known_hosts",
+                             description="host keys are checked against this file")
+    workdir: str = Field("/tmp", pattern=r"^/", description="absolute directory on each "
+                                                             "machine for a run's files")
+    connect_timeout_s: float = Field(10, gt=0, le=300)
+    clock_samples: int = Field(9, ge=1, le=1000,
+                               description="round trips per machine; the fastest gives the "
+                                           "offset")
+    place: dict[str, str] = Field(default_factory=dict,
+                                  description="DC → machine, for DCs you place yourself; the "
+                                              "others are packed by capacity")
+    rank_memory_gb: float = Field(1.0, gt=0, le=4096,
+                                  description="memory one rank needs, for packing DCs")
+    measure_underlay: bool = Field(True, description="measure the underlay's RTT and TCP rate "
+                                                     "between machines a tunnel joins")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Cluster":
+        if (self.inventory is None) == (not self.slurm):
+            raise ValueError("give the machines either as inventory: machines.ini or as "
+                             "slurm: true (not both, not neither)")
+        return self
+
+
 class Experiment(Strict):
     """One experiment file. ``matrix`` is expanded into cells; each cell is this file with the
     cell's values set at their dotted paths."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
     description: str = ""
-    backend: Literal["netns", "mininet", "remote"] = "netns"
+    backend: Literal["netns", "mininet", "remote", "cluster"] = "netns"
     shaper: Literal["auto", "netem", "delayline"] = "auto"
     topology: Topology
     links: LinkOverrides = Field(default_factory=LinkOverrides)
@@ -122,6 +160,8 @@ class Experiment(Strict):
     timeout_s: float = Field(600, gt=0, description="per cell; workers are killed after it")
     measure_links: bool = Field(True, description="measure RTT and rate of every inter-DC link")
     remote: Remote | None = Field(None, description="lab hosts, for backend: remote")
+    cluster: Cluster | None = Field(None, description="machines that each carry a share of "
+                                                      "the emulation, for backend: cluster")
     controller: Controller | None = Field(
         None, description="re-set inter-DC link rates between iterations from what the last "
                           "iteration showed (CBA's rule on emulated lightpaths; docs/optical.md)")

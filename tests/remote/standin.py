@@ -89,6 +89,7 @@ class StandInLab:
     tag: str = field(default_factory=ledgers.new_tag)
     hosts: list[StandIn] = field(default_factory=list)
     non_root: bool = False  # log in as a tagged user with the sshaccess role's sudo rule
+    mtu: int | None = None  # the bridge's, the veths' and eth0's (None: the kernel's 1500)
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.tag, backend="standin")
@@ -133,6 +134,8 @@ class StandInLab:
         self.ledger.root_links.append(self.bridge)
         self.ledger.save()
         _ip("link", "add", self.bridge, "type", "bridge")
+        if self.mtu is not None:
+            _ip("link", "set", self.bridge, "mtu", str(self.mtu))
         _ip("addr", "add", f"10.{self.octet}.0.1/16", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
 
@@ -144,6 +147,9 @@ class StandInLab:
         self.ledger.save()
         _ip("netns", "add", ns)
         _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        if self.mtu is not None:
+            _ip("link", "set", veth, "mtu", str(self.mtu))
+            _ip("-n", ns, "link", "set", "eth0", "mtu", str(self.mtu))
         _ip("link", "set", veth, "master", self.bridge, "up")
         for argv in (["link", "set", "lo", "up"], ["addr", "add", f"{ip}/24", "dev", "eth0"],
                      ["link", "set", "eth0", "up"],

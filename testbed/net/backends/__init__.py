@@ -15,7 +15,7 @@ from testbed.net.shaping.interface import Shaper
 from testbed.spec import Experiment
 from testbed.topology import ResolvedLink, Topology
 
-BACKENDS = ("netns", "mininet", "remote")
+BACKENDS = ("netns", "mininet", "remote", "cluster")
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -31,6 +31,9 @@ def backend_class(name: str) -> type[Backend]:
         if name == "mininet":
             from testbed.net.backends.mininet import MininetBackend
             return MininetBackend
+        if name == "cluster":
+            from testbed.net.backends.cluster import ClusterBackend
+            return ClusterBackend
         from testbed.net.backends.remote import RemoteBackend
         return RemoteBackend
     except ImportError as e:

@@ -184,6 +184,8 @@ class NetnsBackend(LocalBackend):
     def _routes(self, net: Network) -> None:
         hops = net.topology.routes(net.links)
         for dc, targets in hops.items():
+            if dc not in net.routers:  # another machine's DC (backend cluster)
+                continue
             ns = NetNS(router_ns(net.tag, dc))
             try:
                 for dst, hop in targets.items():

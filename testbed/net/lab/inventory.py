@@ -15,7 +15,9 @@ Per-host variables testbed reads (Ansible's own names where Ansible has one):
   gives the DC subnet that tc filters match on (a bare address means /32);
 - ``testbed_home`` (``/opt/testbed``, as the Ansible roles use) and ``testbed_python``
   (``<testbed_home>/.venv/bin/python``);
-- ``testbed_accept_unknown_host_keys`` (false): accept and record a host key known_hosts lacks.
+- ``testbed_accept_unknown_host_keys`` (false): accept and record a host key known_hosts lacks;
+- ``testbed_cores``, ``testbed_memory_gb``, ``testbed_gpus``: what a machine of
+  ``backend: cluster`` offers the emulation (probed when connecting where not given).
 
 Passwords (``ansible_password``, ``ansible_ssh_pass``, ``ansible_become_password``…) are refused:
 keys only, never secrets in files.
@@ -58,6 +60,11 @@ class LabHost:
     home: str
     python: str
     accept_unknown_host_keys: bool
+    # what a machine of ``backend: cluster`` offers (``testbed_cores``, ``testbed_memory_gb``,
+    # ``testbed_gpus``); None where the inventory does not say (then probed when connecting)
+    cores: int | None = None
+    memory_gb: float | None = None
+    gpus: int | None = None
 
     @property
     def ip(self) -> ipaddress.IPv4Address:
@@ -184,7 +191,22 @@ def _host(name: str, dc: str, index: int, v: dict[str, str]) -> LabHost:
         addr=ipaddress.IPv4Interface(v["testbed_addr"]), home=home,
         python=v.get("testbed_python", f"{home}/.venv/bin/python"),
         accept_unknown_host_keys=_flag(v.get("testbed_accept_unknown_host_keys", "false"),
-                                       "testbed_accept_unknown_host_keys"))
+                                       "testbed_accept_unknown_host_keys"),
+        cores=_number(v, "testbed_cores", int), memory_gb=_number(v, "testbed_memory_gb", float),
+        gpus=_number(v, "testbed_gpus", int))
+
+
+def _number(v: dict[str, str], key: str, kind: type):
+    """A positive (or zero) number the inventory gives for ``key``, or None."""
+    if key not in v:
+        return None
+    try:
+        n = kind(v[key])
+    except ValueError:
+        raise ValueError(f"{key} must be a number, got {v[key]!r}") from None
+    if n < 0 or n != n:
+        raise ValueError(f"{key} must be 0 or more, got {v[key]!r}")
+    return n
 
 
 def load_inventory(path: Path, dcs: list[str]) -> Inventory:

@@ -58,8 +58,12 @@ class RemoteNetwork(Network):
     def _argv(self, host: LabHost, argv: list[str]) -> list[str]:
         return [host.python, *argv[1:]] if argv and argv[0] == sys.executable else list(argv)
 
+    def node_argv(self, node: Node, argv: list[str]) -> list[str]:
+        """``argv`` as the node's host runs it for ``node``."""
+        return self._argv(self.lab_host(node), argv)
+
     def argv_in(self, node: Node, argv: list[str]) -> list[str]:
-        return ["ssh", node.name, *self._argv(self.lab_host(node), argv)]  # for messages only
+        return ["ssh", self.lab_host(node).name, *self.node_argv(node, argv)]  # messages only
 
     def run(self, node: Node, argv: list[str], timeout: float = RUN_TIMEOUT_S,
             check: bool = True,
@@ -67,7 +71,7 @@ class RemoteNetwork(Network):
         """Run ``argv`` on the node's host and wait; CommandError on failure when ``check``.
         ``watch`` is called once it returned (nothing of this network runs on this machine)."""
         host = self.lab_host(node)
-        r = ssh.run(self.lab.conns[host.name], host, self._argv(host, argv), timeout=timeout,
+        r = ssh.run(self.lab.conns[host.name], host, self.node_argv(node, argv), timeout=timeout,
                     check=check)
         if watch is not None:
             watch()
@@ -78,7 +82,7 @@ class RemoteNetwork(Network):
         ``stdout`` when that is a file. Stopped by teardown."""
         host = self.lab_host(node)
         out = stdout if hasattr(stdout, "write") else None
-        proc = RemoteProcess(self.lab.conns[host.name], host, self._argv(host, argv),
+        proc = RemoteProcess(self.lab.conns[host.name], host, self.node_argv(node, argv),
                              cwd=host.home, output=out)
         self.procs.append(proc)
         return proc
@@ -101,13 +105,30 @@ class RemoteNetwork(Network):
         """Copy a file to the node's host over SFTP."""
         self.lab.conns[self.lab_host(node).name].sftp().put(str(local), str(there))
 
+    def write_text(self, node: Node, path: PurePath, text: str) -> None:
+        """Replace ``path`` on the node's host with ``text`` (SFTP: written beside, renamed
+        over it, so a reader there sees the old file or the new one)."""
+        sftp = self.lab.conns[self.lab_host(node).name].sftp()
+        tmp = str(path) + ".tmp"
+        with sftp.open(tmp, "w") as f:
+            f.write(text.encode())
+        sftp.posix_rename(tmp, str(path))
+
+    def read_text(self, node: Node, path: PurePath) -> str | None:
+        """``path`` on the node's host; None when it does not exist."""
+        try:
+            with self.lab.conns[self.lab_host(node).name].sftp().open(str(path), "r") as f:
+                return f.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return None
+
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_file: IO[bytes],
               outputs: list[tuple[PurePath, Path]] = (),
               cwd: PurePath | None = None) -> RemoteProcess:
         """Start ``argv`` on the node's host with ``env``, stream its output into ``log_file``;
         when it exits, ``outputs`` are fetched over SFTP (traces moved onto this clock)."""
         host = self.lab_host(node)
-        proc = RemoteProcess(self.lab.conns[host.name], host, self._argv(host, argv),
+        proc = RemoteProcess(self.lab.conns[host.name], host, self.node_argv(node, argv),
                              cwd=str(cwd) if cwd else host.home, env=env, output=log_file,
                              on_exit=lambda p: self.fetch(host, outputs))
         self.procs.append(proc)

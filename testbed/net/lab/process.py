@@ -10,6 +10,7 @@ backend fetches the worker's trace there, so a watcher reading traces sees them)
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import threading
 import time
@@ -123,11 +124,20 @@ class RemoteProcess:
         if self.poll() is None:
             self._signal("TERM")
 
+    def send_signal(self, sig: int) -> None:
+        """Signal the remote process (by its pid) while it runs, as ``Popen.send_signal``."""
+        if self.poll() is None:
+            self._signal(signal.Signals(sig).name.removeprefix("SIG"))
+
     def kill(self) -> None:
         if self.poll() is None:
             self._signal("KILL")
         if self.poll() is None:
             self._chan.close()
+
+    def close_stdin(self) -> None:
+        """End the remote process's standard input (it reads end of file)."""
+        self._chan.shutdown_write()
 
     def close(self) -> None:
         self._chan.close()

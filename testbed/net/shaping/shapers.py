@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
-import subprocess
 import sys
 import time
 
 from testbed.errors import MachineError, ShapingError, writing
-from testbed.net.ledger import stop_pids
 from testbed.net.shaping import tc
 from testbed.net.shaping.namespace import Direction, NamespaceShaper, read_qdiscs, run_all
 from testbed.net.shaping.nfqueue import check_rules, queue_table
 from testbed.probe import kernel_has_netem
-from testbed.process import STOP_GRACE_S, describe_exit
+from testbed.process import describe_exit, stop_processes
 from testbed.topology import LinkProfile
 
 log = logging.getLogger(__name__)
@@ -117,17 +114,15 @@ class DelayLineShaper(NamespaceShaper):
                 "jitter_distribution": p.jitter_distribution.value, "gilbert_elliott": ge}
 
     def _write_config(self, d: Direction) -> None:
-        tmp = d.config.with_suffix(".tmp")
-        with writing(d.config):
-            tmp.write_text(json.dumps(self._config(d)))
-            os.replace(tmp, d.config)
+        self.net.write_text(d.end.router, d.config, json.dumps(self._config(d)))
 
     def _start(self, d: Direction) -> None:
         with writing(self.workdir, "create"):
             self.workdir.mkdir(parents=True, exist_ok=True)
         stem = f"delayline-{d.end.router.dc}-{d.end.peer}"
-        d.config, d.stats = self.workdir / f"{stem}.json", self.workdir / f"{stem}.stats.json"
-        d.stats.unlink(missing_ok=True)
+        there = self.net.files_dir(d.end.router, self.workdir)  # where its router sees files
+        d.config, d.stats = there / f"{stem}.json", there / f"{stem}.stats.json"
+        self.net.write_text(d.end.router, d.stats, "")  # a stale one would read as started
         self._write_config(d)
         log_path = self.workdir / f"{stem}.log"
         with writing(log_path, "create"):
@@ -137,10 +132,10 @@ class DelayLineShaper(NamespaceShaper):
                 sys.executable, "-m", "testbed.net.shaping.delayline", "--queue", str(d.queue),
                 "--config", str(d.config), "--stats", str(d.stats),
                 "--seed", str(d.queue)], stdout=logf, stderr=logf)
-        log.info("delay line %s (link %s) started (pid %d)", d.label, d.end.link.name,
+        log.info("delay line %s (link %s) started (pid %s)", d.label, d.end.link.name,
                  d.proc.pid)
         deadline = time.monotonic() + DELAYLINE_START_TIMEOUT_S
-        while not d.stats.exists():
+        while not self._stats(d):
             if d.proc.poll() is not None or time.monotonic() > deadline:
                 raise ShapingError(f"delay line {d.label} did not start: "
                                    f"{log_path.read_text(errors='replace').strip()[-500:]}")
@@ -173,10 +168,9 @@ class DelayLineShaper(NamespaceShaper):
                                    f"{DELAYLINE_START_TIMEOUT_S:g} s")
             time.sleep(0.01)
 
-    @staticmethod
-    def _stats(d: Direction) -> dict:
+    def _stats(self, d: Direction) -> dict:
         try:
-            return json.loads(d.stats.read_text())
+            return json.loads(self.net.read_text(d.end.router, d.stats) or "{}")
         except (OSError, ValueError):
             return {}
 
@@ -209,14 +203,7 @@ class DelayLineShaper(NamespaceShaper):
         return {d.label: self._stats(d) for d in self.directions if d.stats}
 
     def stop(self) -> None:
-        stop_pids([d.proc.pid for d in self.directions if d.proc is not None])
-        for d in self.directions:
-            if d.proc is not None:
-                try:  # stop_pids waited for it to end: this reaps it
-                    d.proc.wait(timeout=STOP_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    log.warning("delay line %s (pid %d) still runs after SIGKILL", d.label,
-                                d.proc.pid)
+        stop_processes([d.proc for d in self.directions if d.proc is not None])
 
 
 SHAPERS: dict[str, type[NamespaceShaper]] = {"netem": NetemShaper, "delayline": DelayLineShaper}

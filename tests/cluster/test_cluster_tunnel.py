@@ -1,0 +1,52 @@
+"""A link between two machines is a VXLAN tunnel with an MTU that lets 1500-byte frames and
+64 KB GSO packets both pass (on a 9000-byte underlay), shaped by the same delay line as on one
+box: the network is brought up through ``ClusterBackend`` on two stand-in machines and probed
+inside it."""
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+
+import pytest
+
+from testbed.net.backends.cluster import ClusterBackend
+from testbed.net.linkprobe import throughput
+from testbed.spec import load_experiment
+
+from clusterrun import experiment, write
+
+pytestmark = [pytest.mark.root, pytest.mark.remote, pytest.mark.slow]
+FRAME_PAYLOAD = 1500 - 28  # a 1500-byte IPv4 frame: 20 bytes of IP, 8 of ICMP
+
+
+def sent(net, end) -> tuple[int, int]:
+    out = net.run(end.router, ["ip", "-s", "-j", "link", "show", "dev", end.iface]).stdout
+    tx = json.loads(out)[0]["stats64"]["tx"]
+    return int(tx["bytes"]), int(tx["packets"])
+
+
+def test_tunnel_passes_full_frames_and_gso_and_is_shaped(machines, machine_files, tmp_path):
+    exp = experiment("cluster", machine_files)
+    exp["topology"]["inter_dc"] = {"delay_ms": 5}  # no rate limit: unshaped GSO sizes show
+    le = load_experiment(write(exp, tmp_path))
+    backend = ClusterBackend.for_experiment(le.experiment, tmp_path)
+    topo = le.experiment.network_topology()
+    with backend, ExitStack() as stack:
+        net, shaper = backend.bring_up(topo, topo.resolved_links(), "delayline",
+                                       tmp_path / "net", stack)
+        a, b = net.host("dc1", 0), net.host("dc2", 0)
+        end = next(e for e in net.link_ends if e.router.dc == "dc1")
+        assert net.spread.machine(a) != net.spread.machine(b)
+        assert end.iface == "to-dc2" and net.spread.tunnel_mtu == {"dc1-dc2": 1500}
+        kind = net.run(end.router, ["ip", "-d", "-j", "link", "show", "dev", end.iface]).stdout
+        assert json.loads(kind)[0]["linkinfo"]["info_kind"] == "vxlan"
+        ping = net.run(a, ["ping", "-c", "3", "-i", "0.2", "-M", "do", "-s",
+                           str(FRAME_PAYLOAD), str(b.ip)], check=False)
+        assert ping.returncode == 0, ping.stdout + ping.stderr  # DF set: not fragmented
+        rtts = [float(w.split("=")[1]) for w in ping.stdout.split() if w.startswith("time=")]
+        assert min(rtts) >= 10.0  # both directions' 5 ms: shaped across the machines
+        bytes0, packets0 = sent(net, end)
+        assert throughput(net, a, b, seconds=1.0, omit=0.5) > 100
+        bytes1, packets1 = sent(net, end)
+        # what the sending router hands the tunnel: TCP segments larger than one frame
+        assert (bytes1 - bytes0) / (packets1 - packets0) > 1500
