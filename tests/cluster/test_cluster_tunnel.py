@@ -50,3 +50,19 @@ def test_tunnel_passes_full_frames_and_gso_and_is_shaped(machines, machine_files
         bytes1, packets1 = sent(net, end)
         # what the sending router hands the tunnel: TCP segments larger than one frame
         assert (bytes1 - bytes0) / (packets1 - packets0) > 1500
+
+
+def test_more_processes_on_one_machine_than_one_ssh_connection_carries(machines, machine_files,
+                                                                        tmp_path):
+    """sshd allows 10 channels per connection (MaxSessions): 24 processes at once in one
+    machine's namespaces, as 16 ranks and their delay lines are, each get a channel."""
+    le = load_experiment(write(experiment("cluster", machine_files), tmp_path))
+    backend = ClusterBackend.for_experiment(le.experiment, tmp_path)
+    topo = le.experiment.network_topology()
+    with backend, ExitStack() as stack:
+        net, _ = backend.bring_up(topo, topo.resolved_links(), "delayline", tmp_path / "net",
+                                  stack)
+        host = net.host("dc1", 0)
+        procs = [net.popen(host, ["sleep", "60"]) for _ in range(24)]
+        assert all(p.pid is not None and p.poll() is None for p in procs)
+        assert len({p.pid for p in procs}) == 24

@@ -240,6 +240,7 @@ class ClusterBackend(Backend):
         for p in net.procs:
             p.close()
         net.procs.clear()
+        net.close_connections()
         agents = net.spread.agents
         for agent in agents.values():
             if agent.proc.poll() is None:

@@ -122,6 +122,7 @@ class RemoteBackend(Backend):
                 p.kill()
             p.close()
         net.procs.clear()
+        net.close_connections()
         used = [self.lab.host(n.name) for n in net.hosts.values()]
         try:
             self.lab.each(lambda h, c: ssh.run(c, h, ["rm", "-rf", "--", net.run_dir],

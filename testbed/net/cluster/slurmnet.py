@@ -164,6 +164,9 @@ class SlurmNetwork(Network):
     def row_notes(self) -> dict[str, Any]:
         return self.spread.notes()
 
+    def close_connections(self) -> None:
+        """Nothing held open: every step is its own srun."""
+
 
 class SlurmMachines(Machines):
     """The nodes of the Slurm allocation this process runs in."""

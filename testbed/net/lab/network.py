@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 from typing import IO, Callable
 
+from fabric import Connection
+
 from testbed.errors import writing
 from testbed.net.lab import ssh
 from testbed.net.lab.inventory import LabHost
@@ -23,6 +25,7 @@ from testbed.net.network import RUN_TIMEOUT_S, Network, Node
 
 TIME_FIELDS = ("t", "t0", "t1")
 TRACE_SUFFIX = ".jsonl"   # outputs in the trace format: their times move onto this clock
+PROCESSES_PER_CONNECTION = 8
 
 
 def align_trace(text: str, offset_ns: int, uncertainty_ns: int) -> str:
@@ -51,6 +54,27 @@ class RemoteNetwork(Network):
     lab: Lab | None = None
     run_dir: str = ""
     procs: list[RemoteProcess] = field(default_factory=list)
+    # connections of their own for long-lived processes, per host: sshd allows
+    # MaxSessions (10 by default) channels on one connection, and the lab's own keeps room
+    # for commands; each holds at most PROCESSES_PER_CONNECTION running processes
+    pool: dict[str, list[tuple[Connection, list[RemoteProcess]]]] = field(default_factory=dict)
+
+    def process_connection(self, host: LabHost) -> tuple[Connection, list[RemoteProcess]]:
+        """A connection to ``host`` with room for one more process (opened when none has)."""
+        slots = self.pool.setdefault(host.name, [])
+        for conn, running in slots:
+            running[:] = [p for p in running if p.returncode is None]
+            if len(running) < PROCESSES_PER_CONNECTION:
+                return conn, running
+        slots.append((ssh.connect(host, self.lab.known_hosts), []))
+        return slots[-1]
+
+    def close_connections(self) -> None:
+        """Close the processes' own connections (teardown, after the processes)."""
+        for slots in self.pool.values():
+            for conn, _ in slots:
+                conn.close()
+        self.pool.clear()
 
     def lab_host(self, node: Node) -> LabHost:
         return self.lab.host(node.name)
@@ -82,8 +106,9 @@ class RemoteNetwork(Network):
         ``stdout`` when that is a file. Stopped by teardown."""
         host = self.lab_host(node)
         out = stdout if hasattr(stdout, "write") else None
-        proc = RemoteProcess(self.lab.conns[host.name], host, self.node_argv(node, argv),
-                             cwd=host.home, output=out)
+        conn, running = self.process_connection(host)
+        proc = RemoteProcess(conn, host, self.node_argv(node, argv), cwd=host.home, output=out)
+        running.append(proc)
         self.procs.append(proc)
         return proc
 
@@ -128,9 +153,11 @@ class RemoteNetwork(Network):
         """Start ``argv`` on the node's host with ``env``, stream its output into ``log_file``;
         when it exits, ``outputs`` are fetched over SFTP (traces moved onto this clock)."""
         host = self.lab_host(node)
-        proc = RemoteProcess(self.lab.conns[host.name], host, self.node_argv(node, argv),
+        conn, running = self.process_connection(host)
+        proc = RemoteProcess(conn, host, self.node_argv(node, argv),
                              cwd=str(cwd) if cwd else host.home, env=env, output=log_file,
                              on_exit=lambda p: self.fetch(host, outputs))
+        running.append(proc)
         self.procs.append(proc)
         return proc
 

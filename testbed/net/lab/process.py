@@ -16,6 +16,7 @@ import threading
 import time
 from typing import IO, Callable
 
+import paramiko
 from fabric import Connection
 
 from testbed.errors import CommandError
@@ -45,7 +46,12 @@ class RemoteProcess:
         self.pid: int | None = None
         self._pid_seen = threading.Event()
         self._on_exit, self._output = on_exit, output
-        self._chan = conn.client.get_transport().open_session()
+        try:
+            self._chan = conn.client.get_transport().open_session()
+        except paramiko.SSHException as e:
+            raise CommandError(self.argv, -1, f"cannot open an SSH channel: {e} (sshd's "
+                               "MaxSessions caps the channels of one connection)",
+                               host.name) from None
         self._chan.set_combine_stderr(True)
         self._chan.exec_command(ssh.command_line(PID_PREFIX + self.argv, cwd=cwd, env=env))
         self._reader = threading.Thread(target=self._pump, daemon=True,
@@ -71,8 +77,11 @@ class RemoteProcess:
                     data = head  # the command never started (cd failed…): keep the message
                 self._pid_seen.set()
             if self._output is not None and data:
-                self._output.write(data)
-                self._output.flush()
+                try:
+                    self._output.write(data)
+                    self._output.flush()
+                except ValueError:  # its log was closed (the cell is over): drop the rest
+                    self._output = None
         if head and not self._pid_seen.is_set() and self._output is not None:
             self._output.write(head)
         self._pid_seen.set()
@@ -89,6 +98,7 @@ class RemoteProcess:
                 except Exception as e:  # noqa: BLE001 - any failure here loses results
                     code = self._exit_failed(code, e)
             self.returncode = code
+            self._chan.close()  # the connection's channel is free for the next process
         return self.returncode
 
     def _exit_failed(self, code: int, e: Exception) -> int:

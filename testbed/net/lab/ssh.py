@@ -166,6 +166,8 @@ def run(conn: Connection, host: LabHost, argv: list[str], timeout: float = RUN_T
         r = conn.run(line, hide=True, warn=True, timeout=timeout, in_stream=False)
     except CommandTimedOut as e:
         raise CommandError(argv, -1, f"timed out after {timeout:g} s", host.name) from e
+    except (paramiko.SSHException, OSError) as e:  # no channel, or the connection went away
+        raise CommandError(argv, -1, f"ssh: {e}", host.name) from e
     res = Result(host.name, list(argv), r.exited, r.stdout, r.stderr)
     if check and r.exited != 0:
         raise CommandError(list(argv), r.exited, (r.stderr or r.stdout)[-2000:], host.name)
