@@ -43,7 +43,25 @@ def add_subcommands(sub) -> None:
     cl.add_argument("--include-live", action="store_true",
                     help="also remove networks whose owner is still running")
     cl.add_argument("--tag", type=_run_tag, help="only this network (tb + 6 hex digits)")
+    cl.add_argument("--forget", type=_run_tag, metavar="TAG",
+                    help="drop the record of a network spread over machines that are gone for "
+                         "good, without reaching them (its owner must have ended)")
     cl.set_defaults(func=_clean)
+
+
+def _forget(tag: str) -> int:
+    from testbed.net.cluster.clean import spread_ledgers
+    found = [led for led in spread_ledgers(include_live=True, tag=tag)]
+    if not found:
+        print(f"no network {tag} spread over machines is recorded here", file=sys.stderr)
+        return EXIT_CELLS_FAILED
+    if found[0].owner_alive():
+        print(f"{tag}: its run is still going; stop it first", file=sys.stderr)
+        return EXIT_CELLS_FAILED
+    found[0].remove_file()
+    print(f"forgot {tag}: whatever its machines still hold was not removed "
+          f"({', '.join(found[0].machines.get('tags', {}))})")
+    return EXIT_OK
 
 
 def _run_tag(text: str) -> str:
@@ -124,6 +142,8 @@ def _clean(args: argparse.Namespace) -> int:
     from testbed.net.ledger import clean
 
     _need_root("clean")
+    if args.forget:
+        return _forget(args.forget)
     spread_removed, spread_failed = [], []
     for led in spread_ledgers(args.include_live, args.tag):  # networks spread over machines
         done, failed = clean_machines(led)

@@ -66,3 +66,23 @@ def test_more_processes_on_one_machine_than_one_ssh_connection_carries(machines,
         procs = [net.popen(host, ["sleep", "60"]) for _ in range(24)]
         assert all(p.pid is not None and p.poll() is None for p in procs)
         assert len({p.pid for p in procs}) == 24
+
+
+def test_several_links_per_machine_are_shaped_and_read_back_together(machines, machine_files,
+                                                                    tmp_path):
+    """Four DCs on two machines in a full mesh: six link directions leave each machine, and
+    the shaper reads them back in threads over one connection per machine (its SFTP session
+    is not safe to share between threads: unguarded, this hung)."""
+    exp = experiment("cluster", machine_files)
+    exp["topology"]["dcs"] = [{"name": f"dc{i}", "hosts": 1} for i in range(1, 5)]
+    le = load_experiment(write(exp, tmp_path))
+    backend = ClusterBackend.for_experiment(le.experiment, tmp_path)
+    topo = le.experiment.network_topology()
+    with backend, ExitStack() as stack:
+        net, shaper = backend.bring_up(topo, topo.resolved_links(), "delayline",
+                                       tmp_path / "net", stack)
+        assert sorted(net.spread.placed.values()) == ["machines-0"] * 2 + ["machines-1"] * 2
+        assert len(shaper.directions) == 12
+        shaper.verify()  # every direction read back again, in threads
+        assert sum(1 for lk in net.links
+                   if net.spread.placed[lk.a] != net.spread.placed[lk.b]) == 4

@@ -134,7 +134,7 @@ class SshMachines(Machines):
         host, conn = self.lab.host(machine), self.lab.conns[machine]
         ssh.run(conn, host, ["mkdir", "-p", "--", net.run_dir])
         path = str(PurePosixPath(net.run_dir) / f"share-{machine}.json")
-        with conn.sftp().open(path, "w") as f:
+        with net.sftp(host) as sftp, sftp.open(path, "w") as f:
             f.write(text.encode())
         return path
 

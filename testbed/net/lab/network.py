@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
-from typing import IO, Callable
+from typing import IO, Callable, Iterator
 
 from fabric import Connection
+from paramiko import SFTPClient
 
 from testbed.errors import writing
 from testbed.net.lab import ssh
@@ -58,6 +61,17 @@ class RemoteNetwork(Network):
     # MaxSessions (10 by default) channels on one connection, and the lab's own keeps room
     # for commands; each holds at most PROCESSES_PER_CONNECTION running processes
     pool: dict[str, list[tuple[Connection, list[RemoteProcess]]]] = field(default_factory=dict)
+
+    # one SFTP session per connection, which is not safe to use from several threads at once
+    # (the shapers read back their directions in threads): one user per host at a time
+    sftp_locks: dict[str, threading.Lock] = field(default_factory=dict)
+
+    @contextmanager
+    def sftp(self, host: LabHost) -> Iterator[SFTPClient]:
+        """The host's SFTP session, held by this thread alone while in the ``with``."""
+        lock = self.sftp_locks.setdefault(host.name, threading.Lock())
+        with lock:
+            yield self.lab.conns[host.name].sftp()
 
     def process_connection(self, host: LabHost) -> tuple[Connection, list[RemoteProcess]]:
         """A connection to ``host`` with room for one more process (opened when none has)."""
@@ -128,21 +142,22 @@ class RemoteNetwork(Network):
 
     def put(self, node: Node, local: Path, there: PurePath) -> None:
         """Copy a file to the node's host over SFTP."""
-        self.lab.conns[self.lab_host(node).name].sftp().put(str(local), str(there))
+        with self.sftp(self.lab_host(node)) as sftp:
+            sftp.put(str(local), str(there))
 
     def write_text(self, node: Node, path: PurePath, text: str) -> None:
         """Replace ``path`` on the node's host with ``text`` (SFTP: written beside, renamed
         over it, so a reader there sees the old file or the new one)."""
-        sftp = self.lab.conns[self.lab_host(node).name].sftp()
         tmp = str(path) + ".tmp"
-        with sftp.open(tmp, "w") as f:
-            f.write(text.encode())
-        sftp.posix_rename(tmp, str(path))
+        with self.sftp(self.lab_host(node)) as sftp:
+            with sftp.open(tmp, "w") as f:
+                f.write(text.encode())
+            sftp.posix_rename(tmp, str(path))
 
     def read_text(self, node: Node, path: PurePath) -> str | None:
         """``path`` on the node's host; None when it does not exist."""
         try:
-            with self.lab.conns[self.lab_host(node).name].sftp().open(str(path), "r") as f:
+            with self.sftp(self.lab_host(node)) as sftp, sftp.open(str(path), "r") as f:
                 return f.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return None
@@ -168,7 +183,7 @@ class RemoteNetwork(Network):
         off = self.lab.offsets.get(host.name)
         for there, here in outputs:
             try:
-                with self.lab.conns[host.name].sftp().open(str(there), "r") as f:
+                with self.sftp(host) as sftp, sftp.open(str(there), "r") as f:
                     text = f.read().decode("utf-8", errors="replace")
             except FileNotFoundError:  # a program that writes no trace (not instrumented)
                 continue
