@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -53,7 +52,6 @@ LINK_EXP = ROOT / "experiments" / "cluster.yaml"
 SCALE_EXP = ROOT / "benchmarks" / "cluster-64.yaml"
 RTT_REL, RATE_SHARE, ITER_PCT = 0.05, 0.90, 5.0
 UNDERLAY_MTU = 9000
-SHARE_NS = re.compile(r"^tb[0-9a-f]{6}-dc[0-9]+(-[0-9]+)?$")
 
 
 def variant(src: Path, out: Path, machines: tuple[Path, Path] | str | None,
@@ -144,11 +142,13 @@ def scale_checks(box: pd.DataFrame, spread: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def share_objects(lab: StandInLab) -> list[str]:
-    """Namespaces of shares, and processes (sshd apart) in them or in the machines."""
-    shares = [ns for ns in ledgers.tagged_namespaces() if SHARE_NS.match(ns)]
-    out = list(shares)
-    for ns in shares + [h.ns for h in lab.hosts]:
+def share_objects(tags: set[str], lab: StandInLab) -> list[str]:
+    """Namespaces and ledgers of ``tags``, the processes in those namespaces and in the
+    machines' own (sshd apart), and the run's directory on the machines (they share /tmp)."""
+    out = [ns for ns in ledgers.tagged_namespaces() if ledgers.tag_of(ns) in tags]
+    out += [t for t in tags if (ledgers.LEDGER_DIR / f"{t}.json").exists()]
+    for ns in [o for o in out if ledgers.NETNS_DIR.joinpath(o).exists()] + \
+            [h.ns for h in lab.hosts]:
         for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
                                   text=True).stdout.split():
             try:
@@ -156,43 +156,58 @@ def share_objects(lab: StandInLab) -> list[str]:
             except OSError:
                 continue
             if "sshd" not in cmd:
-                out.append(f"{ns}: {cmd[:60]}")
+                out.append(f"{ns}: {cmd}")
     return out
+
+
+def _spread_of(owner: int) -> dict | None:
+    """The controller's ledger of a run by ``owner``, once it names its machines' shares."""
+    for path in ledgers.LEDGER_DIR.glob("tb*.json"):
+        try:
+            led = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if led.get("owner_pid") == owner and led.get("machines"):
+            return led
+    return None
 
 
 def kill_check(exp: Path, out: Path, lab: StandInLab) -> list[dict]:
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(exp), "--results",
                              str(out), "--quiet"], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    agents, deadline = [], time.monotonic() + 180
+    agents, tags, deadline = [], set(), time.monotonic() + 180
     try:
-        while not agents and time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # until both agents hold shares and workers run
             time.sleep(0.5)
-            for path in ledgers.LEDGER_DIR.glob("tb*.json"):
-                try:
-                    led = json.loads(path.read_text())
-                except (OSError, ValueError):
-                    continue
-                if led.get("owner_pid") != proc.pid or not led.get("machines") or not any(
-                        "testbed.train" in o for o in share_objects(lab)):
-                    continue
-                agents = [ledgers.Ledger.load(ledgers.LEDGER_DIR / f"{t}.json").owner_pid
-                          for t in led["machines"]["tags"].values()]
-        for pid in [proc.pid, *agents]:
+            spread = _spread_of(proc.pid)
+            if spread is None:
+                continue
+            tags = {spread["tag"], *spread["machines"]["tags"].values()}
+            paths = [ledgers.LEDGER_DIR / f"{t}.json" for t in spread["machines"]["tags"].values()]
+            if all(p.exists() for p in paths) and any(
+                    "testbed.train" in o for o in share_objects(tags, lab)):
+                agents = [ledgers.Ledger.load(p).owner_pid for p in paths]
+                run_dir = Path(spread["machines"]["run_dir"])
+                break
+        else:
+            raise SystemExit("the run never got its workers going")
+        for pid in [proc.pid, *agents]:  # nothing is removed by its owner
             os.kill(pid, signal.SIGKILL)
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
-    before = share_objects(lab)
+    before = share_objects(tags, lab) + ([str(run_dir)] if run_dir.exists() else [])
     res = subprocess.run([sys.executable, "-m", "testbed", "clean"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
-    after = share_objects(lab)
-    print(f"after SIGKILL of the controller and {len(agents)} agents: {len(before)} objects; "
-          f"`clean` exit {res.returncode}:\n{res.stdout.strip()}\nleft: {after}")
+    after = share_objects(tags, lab) + ([str(run_dir)] if run_dir.exists() else [])
+    print(f"after SIGKILL of the controller and {len(agents)} agents: {len(before)} objects "
+          f"(namespaces, ledgers, processes, run directory); `clean` exit {res.returncode}:\n"
+          f"{res.stdout.strip()}\nleft: {[o[:80] for o in after]}")
     return [{"cell": "SIGKILL + clean", "what": "objects left on the machines",
              "configured": 0, "measured": len(after), "error": f"{len(before)} before clean",
-             "verdict": "PASS" if not after and before else "FAIL"}]
+             "verdict": "PASS" if not after and before and res.returncode == 0 else "FAIL"}]
 
 
 def underlay_lines(df: pd.DataFrame, what: str) -> None:
