@@ -84,21 +84,28 @@ class LinkOverrides(Strict):
                                              description='one inter-DC link, keyed "dcA-dcB"')
 
 
-class Remote(Strict):
+class SshAccess(Strict):
+    """How hosts are reached over SSH: what ``remote`` (lab hosts) and ``cluster`` (machines)
+    share."""
+
+    known_hosts: str = Field("~/.ssh/known_hosts",
+                             description="host keys are checked against this file")
+    workdir: str = Field("/tmp", pattern=r"^/", description="absolute directory on each host "
+                                                             "or machine for a run's files")
+    connect_timeout_s: float = Field(10, gt=0, le=300)
+    clock_samples: int = Field(9, ge=1, le=1000,
+                               description="round trips per host or machine; the fastest gives "
+                                           "the offset")
+
+
+class Remote(SshAccess):
     """Lab hosts for ``backend: remote`` (see docs/howto/lab.md)."""
 
     inventory: str = Field(description="Ansible INI inventory, one group per DC (path relative "
                                        "to this file)")
-    known_hosts: str = Field("~/.ssh/known_hosts",
-                             description="host keys are checked against this file")
-    workdir: str = Field("/tmp", pattern=r"^/", description="absolute directory on each host "
-                                                             "for a run's files")
-    connect_timeout_s: float = Field(10, gt=0, le=300)
-    clock_samples: int = Field(9, ge=1, le=1000,
-                               description="round trips per host; the fastest gives the offset")
 
 
-class Cluster(Strict):
+class Cluster(SshAccess):
     """Machines that each carry a share of the emulation, for ``backend: cluster`` (see
     docs/howto/cluster.md)."""
 
@@ -112,14 +119,6 @@ class Cluster(Strict):
     slurm: bool = Field(False, description="the machines are the nodes of the Slurm allocation "
                                            "testbed runs in (salloc/sbatch), every per-node "
                                            "part started with srun; instead of inventory")
-    known_hosts: str = Field("~/.ssh/known_hosts",
-                             description="host keys are checked against this file")
-    workdir: str = Field("/tmp", pattern=r"^/", description="absolute directory on each "
-                                                             "machine for a run's files")
-    connect_timeout_s: float = Field(10, gt=0, le=300)
-    clock_samples: int = Field(9, ge=1, le=1000,
-                               description="round trips per machine; the fastest gives the "
-                                           "offset")
     place: dict[str, str] = Field(default_factory=dict,
                                   description="DC → machine, for DCs you place yourself; the "
                                               "others are packed by capacity")

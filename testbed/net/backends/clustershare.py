@@ -21,13 +21,11 @@ import logging
 
 from pydantic import BaseModel
 from pyroute2 import IPRoute, NetNS
-from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.errors import NetworkError
 from testbed.net.backends.netns import (NetnsBackend, _index, link_iface, router_ns)
 from testbed.net.ledger import Ledger
 from testbed.net.network import LinkEnd, Network
-from testbed.net.tcp import allow_congestion_control, make_room_for_neighbours
 from testbed.topology import ResolvedLink, Topology
 
 log = logging.getLogger(__name__)
@@ -82,31 +80,11 @@ class ShareBuilder(NetnsBackend):
     def build_share(self, ledger: Ledger) -> Network:
         """Make this machine's routers, hosts, links and tunnel ends; on failure remove what
         was made and raise NetworkError."""
-        sh, mine = self.share, self.share.mine()
-        allow_congestion_control(sh.topology.tcp_congestion_control)
-        make_room_for_neighbours(sh.topology)
-        net = Network(topology=sh.topology, links=sh.links, ledger=ledger, backend=self)
-        ledger.backend = self.name
-        ledger.save()
-        try:
-            for dc in sh.topology.dcs:
-                if dc.name in mine:
-                    self._router(net, dc.name)
-                    for j in range(dc.hosts):
-                        self._host(net, dc.name, j)
-            for link in sh.links:
-                if link.a in mine and link.b in mine:
-                    self._link(net, link)
-                elif link.a in mine or link.b in mine:
-                    self._tunnel_end(net, link)
-            self._routes(net)
-        except (NetlinkError, OSError, StopIteration) as e:
-            self.teardown(net)
-            raise NetworkError(f"building {sh.machine}'s share failed: {e}") from e
-        except BaseException:
-            self.teardown(net)
-            raise
-        return net
+        sh = self.share
+        return self.build_dcs(sh.topology, sh.links, ledger, sh.mine())
+
+    def _outward_link(self, net: Network, link: ResolvedLink) -> None:
+        self._tunnel_end(net, link)
 
     def _tunnel_end(self, net: Network, link: ResolvedLink) -> None:
         sh = self.share

@@ -84,6 +84,12 @@ class NetnsBackend(LocalBackend):
     def build(self, topology: Topology, links: list[ResolvedLink], ledger: Ledger) -> Network:
         """Create every namespace, bridge, veth, address and route; on any failure, remove
         what was made and raise NetworkError."""
+        return self.build_dcs(topology, links, ledger, {dc.name for dc in topology.dcs})
+
+    def build_dcs(self, topology: Topology, links: list[ResolvedLink], ledger: Ledger,
+                  dcs: set[str]) -> Network:
+        """``build`` of the DCs named ``dcs`` only (one machine's share of a network spread
+        over several): a link with one end among them is made by ``_outward_link``."""
         allow_congestion_control(topology.tcp_congestion_control)
         make_room_for_neighbours(topology)
         net = Network(topology=topology, links=links, ledger=ledger, backend=self)
@@ -91,11 +97,15 @@ class NetnsBackend(LocalBackend):
         ledger.save()
         try:
             for dc in topology.dcs:
-                self._router(net, dc.name)
-                for j in range(dc.hosts):
-                    self._host(net, dc.name, j)
+                if dc.name in dcs:
+                    self._router(net, dc.name)
+                    for j in range(dc.hosts):
+                        self._host(net, dc.name, j)
             for link in links:
-                self._link(net, link)
+                if link.a in dcs and link.b in dcs:
+                    self._link(net, link)
+                elif link.a in dcs or link.b in dcs:
+                    self._outward_link(net, link)
             self._routes(net)
         except (NetlinkError, OSError) as e:
             self.teardown(net)
@@ -104,6 +114,10 @@ class NetnsBackend(LocalBackend):
             self.teardown(net)
             raise
         return net
+
+    def _outward_link(self, net: Network, link: ResolvedLink) -> None:
+        """The end here of a link whose other DC is built elsewhere (none on one box)."""
+        raise NetworkError(f"link {link.name}: DC {link.b} or {link.a} is not built here")
 
     def teardown(self, net: Network) -> None:
         ledgers.destroy(net.ledger)
