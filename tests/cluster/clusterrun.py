@@ -109,7 +109,7 @@ def agents(spread: dict) -> list[int]:
     return pids
 
 
-def wait_for_workers(is_ours, machine_namespaces: list[str], timeout_s: float = 120) -> dict:
+def wait_for_workers(is_ours, machine_namespaces: list[str], timeout_s: float = 300) -> dict:
     """The controller's ledger (the first for which ``is_ours(ledger)``) once both agents hold
     their shares and workers run in them."""
     deadline = time.monotonic() + timeout_s
