@@ -92,11 +92,11 @@ case "${1:-quickstart}" in
     ;;
   test)
     shift || true
-    # One process by default. TESTBED_TEST_WORKERS=3 runs pytest-xdist workers side by side
-    # (tests that measure time run alone: tests/conftest.py, docs/development.md): 21-23 min
-    # on this 2-core machine against 33 serially, but the remote tests' stand-in labs collide
-    # across workers and some timing checks fail beside the others, so not the default yet.
-    workers=${TESTBED_TEST_WORKERS:-0}
+    # pytest-xdist workers side by side, since most tests wait (on emulated compute, delays,
+    # SSH) rather than compute; tests that measure time run alone, first, and the long ones
+    # start next (tests/conftest.py, docs/development.md). TESTBED_TEST_WORKERS=0 runs the
+    # suite in one process.
+    workers=${TESTBED_TEST_WORKERS:-6}
     log "running the test suite$([ "$workers" != 0 ] && echo " on $workers workers")"
     if [ "$workers" != 0 ]; then
       exec .venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"

@@ -41,6 +41,7 @@ from benchrun import print_verdicts, run_experiment
 from benchsave import add_save, saved
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "remote"))
 sys.path.insert(0, str(ROOT / "tests" / "slurm"))
 from standin import StandInLab  # noqa: E402

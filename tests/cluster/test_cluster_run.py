@@ -22,6 +22,7 @@ def machine_ns(machines) -> list[str]:
     return [h.ns for h in machines.hosts]
 
 
+@pytest.mark.alone  # RTT, rate and iteration time against one box's: measured time
 def test_cluster_run_matches_netns_and_leaves_nothing(machines, machine_files, tmp_path):
     _, row = run(experiment("cluster", machine_files), tmp_path / "cluster")
     assert row["status"] == "ok", row["error"]

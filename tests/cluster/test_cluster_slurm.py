@@ -24,6 +24,7 @@ def node_ns(slurm_nodes) -> list[str]:
     return [n.ns for n in slurm_nodes.nodes]
 
 
+@pytest.mark.alone  # RTT and iteration time against one box's: measured time
 def test_slurm_run_matches_netns_and_leaves_nothing(slurm_nodes, tmp_path):
     _, row = run(experiment("cluster", slurm=True), tmp_path / "slurm", SALLOC,
                  slurm_nodes.env())

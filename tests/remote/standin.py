@@ -23,6 +23,7 @@ from testbed.net.ledger import Ledger
 from testbed.net.tcp import allow_congestion_control
 
 from labuser import LabUser, role_default
+from octets import reserve_octet
 
 ROOT = Path(__file__).resolve().parents[2]
 SSHD = "/usr/sbin/sshd"
@@ -45,18 +46,6 @@ Subsystem sftp internal-sftp
 
 def _ip(*argv: str) -> None:
     subprocess.run(["ip", *argv], check=True, capture_output=True, text=True)
-
-
-def _free_octet(seed: int) -> int:
-    """A second octet in 200..249 that no address on this machine uses yet (other stand-in
-    labs may run at the same time: the same 10.x/16 twice would cross their traffic)."""
-    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
-                          text=True).stdout
-    for k in range(50):
-        octet = 200 + (seed + k) % 50
-        if f" 10.{octet}." not in used:
-            return octet
-    raise RuntimeError("no free 10.200-249.0.0/16 for a stand-in lab")
 
 
 def keygen(path: Path) -> str:
@@ -93,7 +82,9 @@ class StandInLab:
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.tag, backend="standin")
-        self.octet = _free_octet(int(self.tag[2:], 16))
+        # 200..249: tests/slurm's stand-in clusters take 150..199, so both can run at once
+        self._octet = reserve_octet(200, 50, int(self.tag[2:], 16))
+        self.octet = self._octet.value
         self.client_key = self.workdir / "id_ed25519"
         self.bridge = f"{self.tag}br"
         self.user = LabUser(f"{self.tag}u") if self.non_root else None
@@ -127,6 +118,7 @@ class StandInLab:
         try:
             ledgers.destroy(self.ledger)
         finally:
+            self._octet.release()
             if self.user is not None:
                 self.user.remove()
 

@@ -73,6 +73,7 @@ def remote_processes(lab) -> list[str]:
     return out
 
 
+@pytest.mark.alone  # rate and iteration time against one box's, and every /tmp/tb* directory
 def test_remote_run_matches_netns_and_leaves_nothing_behind(lab, inventory, known_hosts,
                                                             tmp_path):
     res, root = run(experiment("remote", inventory, known_hosts), tmp_path)

@@ -35,6 +35,7 @@ workload:
 """
 
 
+@pytest.mark.alone  # the read-back and the iteration against their predictions: measured time
 def test_the_ordered_transport_runs_a_two_dc_pipeline_and_reads_an_activation_back(tmp_path):
     exp = tmp_path / "ordered.yaml"
     exp.write_text(EXP)

@@ -142,6 +142,7 @@ workload:
 F_MS = B_MS = 150
 
 
+@pytest.mark.alone  # the bubble against theory: measured time
 def test_pipelining_script_is_measured_from_outside(tmp_path):
     exp = tmp_path / "sleepy.yaml"
     exp.write_text(SLEEPY_EXP.format(root=ROOT, prog=SLEEPY, f=F_MS, b=B_MS), encoding="utf-8")

@@ -84,6 +84,7 @@ def check_two_per_host(row: pd.Series, d: Path) -> None:
             for m in metas(cell)] == [(0, 2, None), (1, 2, None), (0, 2, None), (1, 2, None)]
 
 
+@pytest.mark.alone  # iteration times against their predictions: measured time
 def test_netns_two_ranks_per_host_are_unshaped_between_them_as_predicted(tmp_path):
     df, d = run(experiment("netns", [1, 2], hosts=2), tmp_path)
     assert list(df["status"]) == ["ok", "ok"], df["error"].tolist()

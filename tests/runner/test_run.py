@@ -135,6 +135,7 @@ def test_sigkill_then_clean_then_resume_loses_and_duplicates_nothing(tmp_path):
 PLANNED = ROOT / "tests" / "runner" / "exps" / "planned.yaml"
 
 
+@pytest.mark.alone  # iteration time against its prediction: measured time
 def test_planned_cells_run_the_placement_and_cross_dc_schedule_of_their_plan(tmp_path):
     """cba placement and geopipe / crosspipe_greedy: the runner plans each cell once; every
     rank runs exactly the planned compute order, on the planned DC."""

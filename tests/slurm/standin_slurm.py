@@ -35,6 +35,8 @@ from pathlib import Path
 from testbed.net import ledger as ledgers
 from testbed.net.ledger import Ledger
 
+from octets import reserve_octet
+
 # Debian package → a program it installs
 SLURM_PACKAGES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "slurm-client": "salloc",
                   "munge": "munged"}
@@ -103,18 +105,6 @@ def _ip(*argv: str) -> None:
                    timeout=COMMAND_TIMEOUT_S)
 
 
-def _free_octet(seed: int) -> int:
-    """A second octet in 150..199 that no address on this machine uses yet (tests/remote's
-    stand-in labs take 200..249, so both can run at once)."""
-    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
-                          timeout=COMMAND_TIMEOUT_S).stdout
-    for k in range(50):
-        octet = 150 + (seed + k) % 50
-        if f" 10.{octet}." not in used:
-            return octet
-    raise RuntimeError("no free 10.150-199.0.0/16 for a stand-in Slurm cluster")
-
-
 def _free_port() -> int:
     """A TCP port nothing in the root namespace listens on now (the kernel's pick)."""
     with socket.socket() as s:
@@ -156,7 +146,9 @@ class StandInSlurm:
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.tag, backend="standin-slurm")
-        self.octet = _free_octet(int(self.tag[2:], 16))
+        # 150..199: tests/remote's stand-in labs take 200..249, so both can run at once
+        self._octet = reserve_octet(150, 50, int(self.tag[2:], 16))
+        self.octet = self._octet.value
         self.workdir = Path(tempfile.gettempdir()) / f"{self.tag}-slurm"
         self.bridge = f"{self.tag}sb"
         self.ctl_addr = f"10.{self.octet}.0.1"
@@ -238,6 +230,7 @@ class StandInSlurm:
         try:
             ledgers.destroy(self.ledger)
         finally:
+            self._octet.release()
             for p in (self.ctld, self.munged, *(n.proc for n in self.nodes)):
                 if p is not None:
                     try:
