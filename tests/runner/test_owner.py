@@ -104,7 +104,10 @@ def test_a_run_under_sudo_gives_everything_it_wrote_to_the_sudo_user(user, share
 @pytest.mark.torch
 def test_an_interrupted_run_under_sudo_gives_what_it_wrote_too(user, shared_tmp):
     exp = shared_tmp / "owncut.yaml"
-    exp.write_text(TINY.read_text().replace("name: tiny\n", "name: owncut\n", 1))
+    # the second cell runs long (500 iterations), so the interrupt lands inside it even when
+    # this test's polling is slow on a busy machine
+    exp.write_text(TINY.read_text().replace("name: tiny\n", "name: owncut\n", 1)
+                   .replace("links.inter_dc.delay_ms: [0, 5, 20]", "workload.iterations: [3, 500]"))
     results = shared_tmp / "results"
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(exp), "--results",
                              str(results), "--quiet"], cwd=ROOT, env=_sudo_env(user),
