@@ -44,7 +44,7 @@ def _description(model: type[BaseModel], loc: Loc) -> str:
 
 
 # error kinds whose message already quotes the value (or should not: a pattern's subject)
-_SHOWS_VALUE = ("string_pattern_mismatch", "bool_not_number", "not_a_number")
+_SHOWS_VALUE = ("string_pattern_mismatch", "bool_not_number", "not_a_number", "not_a_boolean")
 
 
 def _base_messages(e: dict, loc: Loc, model: type[BaseModel]) -> list[str]:

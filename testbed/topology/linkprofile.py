@@ -36,17 +36,20 @@ SHOWN_VALUE_CHARS = 40
 class Strict(BaseModel):
     """Base for every file-backed model: unknown keys and non-finite numbers (nan, inf) are
     errors, and a numeric field takes numbers only: pydantic's lax mode would read true as 1
-    and false as 0, and a word such as 'yes' (a boolean in YAML 1.1) is no number either."""
+    and false as 0, and a word such as 'yes' (a boolean in YAML 1.1) is no number either. A
+    boolean field takes true or false only (lax mode would read 'yes', 'on' or 1 as true)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
     def _numbers_are_numbers(cls, v: object, info: ValidationInfo) -> object:
-        if not isinstance(v, (bool, str)):
-            return v
-        numeric, takes_text = _field_kind(cls, info.field_name)
-        if not numeric:
+        numeric, takes_text, boolean = _field_kind(cls, info.field_name)
+        if boolean and isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            # lax mode would read 'yes', 'on', 1 as true: YAML 1.2 reads yes as text
+            raise PydanticCustomError("not_a_boolean", "{value} is not a boolean; write true "
+                                      "or false", {"value": _shown(v)})
+        if not isinstance(v, (bool, str)) or not numeric:
             return v
         if isinstance(v, bool):
             raise PydanticCustomError("bool_not_number", "{value} is a boolean, not a number; "
@@ -56,11 +59,17 @@ class Strict(BaseModel):
         return v
 
 
+def _shown(value: object) -> str:
+    """A value as an error message shows it: text quoted and shortened, numbers as written."""
+    if not isinstance(value, str):
+        return str(value)
+    return repr(value if len(value) <= SHOWN_VALUE_CHARS else value[:SHOWN_VALUE_CHARS] + "…")
+
+
 def not_a_number(text: str) -> PydanticCustomError:
     """The error for ``text`` given where a number is wanted, saying what to write instead."""
-    shown = repr(text if len(text) <= SHOWN_VALUE_CHARS else text[:SHOWN_VALUE_CHARS] + "…")
     return PydanticCustomError("not_a_number", "{text} is not a number; write a number such "
-                               "as {hint}", {"text": shown, "hint": number_hint(text)})
+                               "as {hint}", {"text": _shown(text), "hint": number_hint(text)})
 
 
 def number_hint(text: str) -> str:
@@ -85,16 +94,17 @@ def _parses_as_number(text: str) -> bool:
     return True
 
 
-_FIELD_KINDS: dict[tuple[type, str], tuple[bool, bool]] = {}
+_FIELD_KINDS: dict[tuple[type, str], tuple[bool, bool, bool]] = {}
 
 
-def _field_kind(model: type[BaseModel], name: str) -> tuple[bool, bool]:
-    """(takes numbers but not booleans, also takes text) of a field's annotation."""
+def _field_kind(model: type[BaseModel], name: str) -> tuple[bool, bool, bool]:
+    """(takes numbers but not booleans, also takes text, takes booleans and nothing else but
+    null) of a field's annotation."""
     key = (model, name)
     if key not in _FIELD_KINDS:
         leaves = _leaf_types(model.model_fields[name].annotation)
         _FIELD_KINDS[key] = (bool({int, float} & leaves) and bool not in leaves,
-                             str in leaves)
+                             str in leaves, bool in leaves and leaves <= {bool, type(None)})
     return _FIELD_KINDS[key]
 
 

@@ -33,6 +33,7 @@ RTT_SLACK_MS = 1.5
 RATE_SLACK = 0.15
 
 
+@pytest.mark.alone  # measured RTT within RTT_SLACK_MS: measured time
 def test_delay_line_gives_the_configured_rtt(tmp_path):
     with emulated_network(two_dc(delay_ms=15), shaper="delayline", workdir=tmp_path) as (net, sh):
         median, _ = rtt(net, *ends(net), count=30)
@@ -40,6 +41,7 @@ def test_delay_line_gives_the_configured_rtt(tmp_path):
         assert sh.drops() == 0
 
 
+@pytest.mark.alone  # measured rate within RATE_SLACK: measured time
 def test_rate_is_shaped_by_htb_behind_the_delay_line(tmp_path):
     topo = two_dc(delay_ms=5, rate_mbit=100)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
@@ -47,6 +49,7 @@ def test_rate_is_shaped_by_htb_behind_the_delay_line(tmp_path):
         assert abs(mbit - 100) < 100 * RATE_SLACK, mbit
 
 
+@pytest.mark.alone  # measured RTT within RTT_SLACK_MS: measured time
 def test_step_changes_rtt_while_running(tmp_path):
     topo = two_dc(delay_ms=5)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
@@ -57,6 +60,7 @@ def test_step_changes_rtt_while_running(tmp_path):
     assert abs(before - 10) < RTT_SLACK_MS and abs(after - 50) < RTT_SLACK_MS, (before, after)
 
 
+@pytest.mark.alone  # measured rate within RATE_SLACK: measured time
 def test_step_changes_rate_and_queue_in_place(tmp_path):
     topo = two_dc(delay_ms=2, rate_mbit=200)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
@@ -119,6 +123,7 @@ def test_stopped_delay_line_releases_what_it_held(tmp_path):
     assert "1 received" in out, out
 
 
+@pytest.mark.alone  # measured RTT within RTT_SLACK_MS: measured time
 def test_steps_play_at_their_time(tmp_path):
     topo = two_dc_stepping(5, at_s=1.0, to_delay_ms=30)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
@@ -132,6 +137,7 @@ def test_steps_play_at_their_time(tmp_path):
     assert player.applied and player.applied[0]["applied_s"] >= 1.0
 
 
+@pytest.mark.alone  # measured rate within RATE_SLACK: measured time
 def test_intra_dc_rate_is_shaped_on_both_ends_of_host_links(tmp_path):
     topo = Topology(name="t", dcs=[{"name": "dca", "hosts": 2, "intra": {"rate_mbit": 200}},
                                    {"name": "dcb", "hosts": 1}])

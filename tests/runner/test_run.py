@@ -47,6 +47,7 @@ def run_dir(results: Path) -> Path:
     return d
 
 
+@pytest.mark.alone  # iteration times against their predictions: measured time
 def test_sweep_writes_the_csv_contract_plots_and_traces(tmp_path):
     res = run(str(TINY), "--results", str(tmp_path))
     assert res.returncode == 0, res.stdout + res.stderr

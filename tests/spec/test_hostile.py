@@ -83,6 +83,8 @@ def test_every_class_of_hostile_file_is_kept():
             # YAML 1.1's readings (yes, 1:30, 010) and booleans taken as numbers
             "yaml11_yes_delay", "yaml11_base60_delay", "yaml11_octal_pp", "bool_rate",
             "bool_microbatches", "bool_forward_ms", "matrix_yes_delay",
+            # and booleans written as YAML 1.1's words or as numbers
+            "yaml11_yes_bool", "number_bool", "matrix_on_bool",
             "matrix_bool_microbatches"} <= names
     assert {p.stem.removeprefix("hostile_") for p in HOSTILE_TOPOLOGIES} >= {
         "bool_hosts", "yaml11_off_loss"}

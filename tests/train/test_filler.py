@@ -66,6 +66,7 @@ def test_the_expected_request_time_follows_measured_requests():
     assert m.value == pytest.approx(0.008, abs=1e-5)
 
 
+@pytest.mark.alone  # timed sleeps and wake-ups within WAKEUP_SLACK_S: measured time
 def test_nothing_is_filled_before_a_gap_has_been_measured():
     f = filler()
     t0 = time.monotonic_ns()
@@ -92,6 +93,7 @@ def test_filling_stops_when_the_transfer_arrives_and_the_gap_is_remeasured():
     f.close()
 
 
+@pytest.mark.alone  # timed sleeps and wake-ups within WAKEUP_SLACK_S: measured time
 def test_filling_ends_a_margin_before_the_predicted_gap_even_if_the_data_is_late():
     f = filler()
     f.gaps.observe(POINT, 0.030)  # predicted 30 ms, the data takes 80 ms
