@@ -23,6 +23,7 @@ import pytest
 
 import umlkernel
 from machineshare import machine_share
+from startorder import in_start_order
 from testbed.probe import kernel_has_netem
 from testbed.sim import calibration
 
@@ -108,30 +109,6 @@ def _xdist_group(item: pytest.Item) -> str | None:
     return None
 
 
-def _start_rank(item: pytest.Item) -> int:
-    """Under pytest-xdist, what starts first: ``alone`` tests (0), then ``slow`` and netem ones
-    (1), then the rest (2). The alone tests run one after another while nothing else runs, so
-    they go first, before any other test has started (one queued later waits for every
-    running test to end, idling the other workers meanwhile); the long ones go next, so the
-    run does not end on one long test."""
-    if item.get_closest_marker("alone") is not None:
-        return 0
-    return 1 if "slow" in item.keywords or "netem" in item.keywords else 2
-
-
-def _in_start_order(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` sorted by ``_start_rank``, a group (one work unit of ``--dist loadgroup``) by
-    its lowest rank, collection order kept otherwise."""
-    def unit(item: pytest.Item) -> str:
-        mark = item.get_closest_marker("xdist_group")
-        return f"@{mark.args[0]}" if mark else item.nodeid
-    rank: dict[str, int] = {}
-    for item in items:
-        rank[unit(item)] = min(rank.get(unit(item), 2), _start_rank(item))
-    order = {item.nodeid: i for i, item in enumerate(items)}
-    return sorted(items, key=lambda item: (rank[unit(item)], order[item.nodeid]))
-
-
 @pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
 def pytest_collection_modifyitems_groups(config, items):  # tryfirst: before pytest-xdist
     for item in items:
@@ -140,12 +117,12 @@ def pytest_collection_modifyitems_groups(config, items):  # tryfirst: before pyt
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller takes this order
-        items[:] = _in_start_order(items)
+        items[:] = in_start_order(items)
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_configure")
 def pytest_configure_start_order(config):
-    # keep the start order the workers collected in (_in_start_order): pytest-xdist would
+    # keep the start order the workers collected in (tests/startorder.py): pytest-xdist would
     # otherwise put the groups with most tests first
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False

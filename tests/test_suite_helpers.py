@@ -1,5 +1,5 @@
 """The suite's own helpers for running tests side by side: the start order under pytest-xdist
-(tests/conftest.py) and the stand-in networks' octets (tests/octets.py)."""
+(tests/startorder.py) and the stand-in networks' octets (tests/octets.py)."""
 from __future__ import annotations
 
 import os
@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-import conftest
 from octets import reserve_octet
+from startorder import in_start_order
 
 
 @dataclass
@@ -36,7 +36,7 @@ def test_alone_tests_start_first_then_slow_ones_and_groups_stay_together():
         FakeItem("d.py::timed", {"xdist_group": ("d.py",), "alone": ()}),
         FakeItem("f.py::quick"),
     ]
-    order = [i.nodeid for i in conftest._in_start_order(items)]
+    order = [i.nodeid for i in in_start_order(items)]
     assert order == ["c.py::timed", "d.py::first", "d.py::timed", "b.py::slow", "e.py::uml",
                      "a.py::quick", "f.py::quick"]
 

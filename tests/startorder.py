@@ -1,0 +1,32 @@
+"""Test-suite helper: the order in which pytest-xdist workers start the tests.
+
+``tests/conftest.py`` sorts each worker's collection with ``in_start_order`` and turns off
+pytest-xdist's own reordering, so the controller hands out work in this order.
+"""
+from __future__ import annotations
+
+import pytest
+
+
+def start_rank(item: pytest.Item) -> int:
+    """Under pytest-xdist, what starts first: ``alone`` tests (0), then ``slow`` and netem ones
+    (1), then the rest (2). The alone tests run one after another while nothing else runs, so
+    they go first, before any other test has started (one queued later waits for every
+    running test to end, idling the other workers meanwhile); the long ones go next, so the
+    run does not end on one long test."""
+    if item.get_closest_marker("alone") is not None:
+        return 0
+    return 1 if "slow" in item.keywords or "netem" in item.keywords else 2
+
+
+def in_start_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` sorted by ``start_rank``, a group (one work unit of ``--dist loadgroup``) by
+    its lowest rank, collection order kept otherwise."""
+    def unit(item: pytest.Item) -> str:
+        mark = item.get_closest_marker("xdist_group")
+        return f"@{mark.args[0]}" if mark else item.nodeid
+    rank: dict[str, int] = {}
+    for item in items:
+        rank[unit(item)] = min(rank.get(unit(item), 2), start_rank(item))
+    order = {item.nodeid: i for i, item in enumerate(items)}
+    return sorted(items, key=lambda item: (rank[unit(item)], order[item.nodeid]))
