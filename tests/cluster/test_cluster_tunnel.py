@@ -5,7 +5,9 @@ inside it."""
 from __future__ import annotations
 
 import json
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -25,15 +27,21 @@ def sent(net, end) -> tuple[int, int]:
     return int(tx["bytes"]), int(tx["packets"])
 
 
-def test_tunnel_passes_full_frames_and_gso_and_is_shaped(machines, machine_files, tmp_path):
-    exp = experiment("cluster", machine_files)
-    exp["topology"]["inter_dc"] = {"delay_ms": 5}  # no rate limit: unshaped GSO sizes show
+@contextmanager
+def brought_up(exp: dict, tmp_path: Path) -> Iterator[tuple]:
+    """``exp``'s network up on the stand-in machines through ``ClusterBackend`` (delay-line
+    shaper): (network, shaper), torn down after the ``with``."""
     le = load_experiment(write(exp, tmp_path))
     backend = ClusterBackend.for_experiment(le.experiment, tmp_path)
     topo = le.experiment.network_topology()
     with backend, ExitStack() as stack:
-        net, shaper = backend.bring_up(topo, topo.resolved_links(), "delayline",
-                                       tmp_path / "net", stack)
+        yield backend.bring_up(topo, topo.resolved_links(), "delayline", tmp_path / "net", stack)
+
+
+def test_tunnel_passes_full_frames_and_gso_and_is_shaped(machines, machine_files, tmp_path):
+    exp = experiment("cluster", machine_files)
+    exp["topology"]["inter_dc"] = {"delay_ms": 5}  # no rate limit: unshaped GSO sizes show
+    with brought_up(exp, tmp_path) as (net, _):
         a, b = net.host("dc1", 0), net.host("dc2", 0)
         end = next(e for e in net.link_ends if e.router.dc == "dc1")
         assert net.spread.machine(a) != net.spread.machine(b)
@@ -56,12 +64,7 @@ def test_more_processes_on_one_machine_than_one_ssh_connection_carries(machines,
                                                                         tmp_path):
     """sshd allows 10 channels per connection (MaxSessions): 24 processes at once in one
     machine's namespaces, as 16 ranks and their delay lines are, each get a channel."""
-    le = load_experiment(write(experiment("cluster", machine_files), tmp_path))
-    backend = ClusterBackend.for_experiment(le.experiment, tmp_path)
-    topo = le.experiment.network_topology()
-    with backend, ExitStack() as stack:
-        net, _ = backend.bring_up(topo, topo.resolved_links(), "delayline", tmp_path / "net",
-                                  stack)
+    with brought_up(experiment("cluster", machine_files), tmp_path) as (net, _):
         host = net.host("dc1", 0)
         procs = [net.popen(host, ["sleep", "60"]) for _ in range(24)]
         assert all(p.pid is not None and p.poll() is None for p in procs)
@@ -75,12 +78,7 @@ def test_several_links_per_machine_are_shaped_and_read_back_together(machines, m
     is not safe to share between threads: unguarded, this hung)."""
     exp = experiment("cluster", machine_files)
     exp["topology"]["dcs"] = [{"name": f"dc{i}", "hosts": 1} for i in range(1, 5)]
-    le = load_experiment(write(exp, tmp_path))
-    backend = ClusterBackend.for_experiment(le.experiment, tmp_path)
-    topo = le.experiment.network_topology()
-    with backend, ExitStack() as stack:
-        net, shaper = backend.bring_up(topo, topo.resolved_links(), "delayline",
-                                       tmp_path / "net", stack)
+    with brought_up(exp, tmp_path) as (net, shaper):
         assert sorted(net.spread.placed.values()) == ["machines-0"] * 2 + ["machines-1"] * 2
         assert len(shaper.directions) == 12
         shaper.verify()  # every direction read back again, in threads
