@@ -34,12 +34,12 @@ from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
 # GSO packet (64 KiB). Never below 1/MAX_QUANTA of the chunk (it bounds the events per chunk).
 QUANTUM_BYTES = 1 << 16
 MAX_QUANTA = 256
-Push = Callable[..., None]
+Push = Callable[..., None]  # push(t, fn, *args): call fn(t, *args) at simulated time t
 
 
 def quantum_bytes(path: Path, total: int, sent: int) -> int:
     """The bytes of a ``total``-byte transfer that queue next once ``sent`` are out."""
-    return min(total - sent, max(path.queue_bytes or QUANTUM_BYTES, total // MAX_QUANTA))  # push(t, fn, *args): call fn(t, *args) at simulated time t
+    return min(total - sent, max(path.queue_bytes or QUANTUM_BYTES, total // MAX_QUANTA))
 
 
 class Collectives:
@@ -203,11 +203,8 @@ def exposed_hidden(spans: list[tuple[str, float, float]]) -> tuple[float, float]
 
 def rank_splits(res: SimResult) -> list[tuple[float, float]]:
     """``exposed_hidden`` of every rank of one simulated iteration that all-reduced."""
-    by_rank: dict[int, list] = defaultdict(list)
-    for sp in res.spans:
-        if sp.kind.startswith("ALLREDUCE"):
-            by_rank[sp.rank].append((sp.kind, sp.t0, sp.t1))
-    return [s for s in map(exposed_hidden, by_rank.values()) if s is not None]
+    by_rank = ([(sp.kind, sp.t0, sp.t1) for sp in own] for own in res.allreduce.values())
+    return [s for s in map(exposed_hidden, by_rank) if s is not None]
 
 
 def predicted_allreduce(res: SimResult) -> dict[str, Any]:

@@ -125,16 +125,39 @@ class Span(NamedTuple):
     cat: str
 
 
+class RankSpans(Protocol):
+    """Each rank's spans of an iteration (``testbed.sim.timeline.Timeline`` is one)."""
+
+    world: int
+
+    def spans_of(self, r: int) -> list[Span]: ...
+
+
 @dataclass
 class SimResult:
-    """A predicted iteration: per-rank spans and the metrics ``testbed.readout.traces`` defines."""
+    """A predicted iteration: per-rank spans and the metrics ``testbed.readout.traces`` defines.
+    ``timeline.spans_of(r)``: rank r's spans in start order, made when read
+    (``testbed.sim.timeline``); ``allreduce[r]``: those of its all-reduce (ALLREDUCE_STEP and
+    ALLREDUCE_WAIT), for the ranks that have one."""
 
-    spans: list[Span]
+    timeline: RankSpans
     span_s: float
     busy_s: list[float]
     wait_s: list[float]
     peak_inflight_per_stage: list[int]
     peak_inflight_per_rank: list[int]
+    allreduce: dict[int, list[Span]] = field(default_factory=dict)
+    events: int = 0  # how many the engine queued (a measure of its work, not of the cell)
+
+    _spans: list[Span] | None = field(default=None, repr=False)
+
+    @property
+    def spans(self) -> list[Span]:
+        """Every span, by rank, then start (made when first read: millions for a large cell)."""
+        if self._spans is None:
+            self._spans = [sp for r in range(self.timeline.world)
+                           for sp in self.timeline.spans_of(r)]
+        return self._spans
 
     @property
     def bubble_ratios(self) -> list[float]:

@@ -106,3 +106,44 @@ def test_spans_come_by_rank_then_start(tmp_path, case):
     res = simulate(_plan(tmp_path, **CASES[case]).sim_input())
     keys = [(sp.rank, sp.t0) for sp in res.spans]
     assert keys == sorted(keys) and len({sp.rank for sp in res.spans}) > 1
+
+
+@pytest.mark.parametrize("case", ["dp_across_dcs", "interleaved", "pipeline_only"])
+def test_ranks_run_ahead_to_the_same_timeline(tmp_path, case):
+    """A rank runs its own actions one after another without the event queue, up to a send
+    onto a shared shaped hop or a receive still in flight: the same spans to the last float as
+    every action an event, where no ring is timed at once (a ring across the WAN, two stages
+    per rank, no replicas), with far fewer events."""
+    kw = CASES.get(case, dict(placement="in_order", pp=3, dp=1))
+    fast, full = _both(_plan(tmp_path, **kw))
+    assert fast.spans == full.spans
+    assert (fast.span_s, fast.busy_s, fast.wait_s) == (full.span_s, full.busy_s, full.wait_s)
+    assert fast.peak_inflight_per_stage == full.peak_inflight_per_stage
+    # the all-reduces' quanta stay events; a pipeline alone is mostly its ranks' own runs
+    assert fast.events < full.events / (2 if case == "pipeline_only" else 1)
+
+
+def test_replicas_sharing_a_wan_link_keep_its_order(tmp_path):
+    """Four replicas' pipelines cross the same shaped WAN directions: each send onto them
+    still waits for its turn in time order, so the fast run queues them as the full one does
+    (the same spans; sending them as each rank reaches them would reorder the FIFO)."""
+    plan = _plan(tmp_path, placement="in_order", pp=3, dp=4, overlap="false")
+    inp = plan.sim_input()
+    inp.collectives = {}  # the pipelines alone on the WAN
+    fast, full = simulate(inp), simulate(dataclasses.replace(inp, exhaustive=True))
+    assert fast.spans == full.spans
+    assert fast.events < full.events / 2
+
+
+def test_the_garbage_collector_runs_again_after_a_simulation(tmp_path):
+    import gc
+
+    from testbed.sim.iteration import Deadlock
+
+    inp = _plan(tmp_path, **CASES["in_order"]).sim_input()
+    simulate(inp)
+    assert gc.isenabled()
+    inp.schedule.actions[0].reverse()  # receives before the sends they wait for
+    with pytest.raises(Deadlock):
+        simulate(inp)
+    assert gc.isenabled()
