@@ -44,23 +44,26 @@ def add_subcommands(sub) -> None:
                     help="also remove networks whose owner is still running")
     cl.add_argument("--tag", type=_run_tag, help="only this network (tb + 6 hex digits)")
     cl.add_argument("--forget", type=_run_tag, metavar="TAG",
-                    help="drop the record of a network spread over machines that are gone for "
-                         "good, without reaching them (its owner must have ended)")
+                    help="drop the record of a network spread over machines or lab hosts that "
+                         "are gone for good, without reaching them (its owner must have ended)")
     cl.set_defaults(func=_clean)
 
 
 def _forget(tag: str) -> int:
     from testbed.net.cluster.clean import spread_ledgers
-    found = [led for led in spread_ledgers(include_live=True, tag=tag)]
+    from testbed.net.lab.clean import lab_ledgers
+    found = spread_ledgers(include_live=True, tag=tag) + lab_ledgers(include_live=True, tag=tag)
     if not found:
-        print(f"no network {tag} spread over machines is recorded here", file=sys.stderr)
+        print(f"no network {tag} spread over machines or lab hosts is recorded here",
+              file=sys.stderr)
         return EXIT_CELLS_FAILED
     if found[0].owner_alive():
         print(f"{tag}: its run is still going; stop it first", file=sys.stderr)
         return EXIT_CELLS_FAILED
     found[0].remove_file()
+    held = found[0].machines.get("tags", {}) or found[0].lab.get("shaped", {})
     print(f"forgot {tag}: whatever its machines still hold was not removed "
-          f"({', '.join(found[0].machines.get('tags', {}))})")
+          f"({', '.join(held)})")
     return EXIT_OK
 
 
@@ -139,6 +142,7 @@ def _down(args: argparse.Namespace) -> int:
 
 def _clean(args: argparse.Namespace) -> int:
     from testbed.net.cluster.clean import clean_machines, spread_ledgers
+    from testbed.net.lab.clean import clean_lab, lab_ledgers
     from testbed.net.ledger import clean
 
     _need_root("clean")
@@ -147,6 +151,10 @@ def _clean(args: argparse.Namespace) -> int:
     spread_removed, spread_failed = [], []
     for led in spread_ledgers(args.include_live, args.tag):  # networks spread over machines
         done, failed = clean_machines(led)
+        spread_removed += done
+        spread_failed += failed
+    for led in lab_ledgers(args.include_live, args.tag):  # networks of lab hosts
+        done, failed = clean_lab(led)
         spread_removed += done
         spread_failed += failed
     report = clean(include_live=args.include_live, tag=args.tag)

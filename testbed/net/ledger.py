@@ -20,6 +20,7 @@ import re
 import secrets
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ LEDGER_DIR = Path(os.environ.get("TESTBED_LEDGER_DIR", "/run/testbed"))
 TAG_RE = re.compile(r"^tb[0-9a-f]{6}$")
 NETNS_DIR = Path("/run/netns")
 IP_TIMEOUT_S = 30.0  # one `ip` command of teardown; one that takes longer has failed
+_SAVING = threading.Lock()  # a ledger is saved from the threads that work on hosts in parallel
 
 
 def new_tag() -> str:
@@ -71,6 +73,9 @@ class Ledger:
     # a network spread over machines (backend cluster): how to reach them and each machine's
     # own tag, so that ``clean`` removes their shares too (testbed.net.cluster.clean)
     machines: dict = field(default_factory=dict)
+    # a network of lab hosts (backend remote): how to reach them and what it left there (run
+    # directory, shaped NICs, processes), so that ``clean`` removes it (testbed.net.lab.clean)
+    lab: dict = field(default_factory=dict)
     created: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
@@ -83,10 +88,11 @@ class Ledger:
 
     def save(self) -> None:
         """Write the ledger atomically (called after every object is added)."""
-        LEDGER_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, self.path)
+        with _SAVING:
+            LEDGER_DIR.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(asdict(self)))
+            os.replace(tmp, self.path)
 
     def add_namespace(self, name: str) -> None:
         self.namespaces.append(name)
@@ -106,6 +112,20 @@ class Ledger:
     @classmethod
     def load(cls, path: Path) -> "Ledger":
         return cls(**json.loads(path.read_text()))
+
+
+def recorded(include_live: bool = False, tag: str | None = None) -> list[Ledger]:
+    """This machine's readable ledgers whose owner is gone (or all, with ``include_live``),
+    optionally only ``tag``'s."""
+    out = []
+    for path in sorted(LEDGER_DIR.glob("tb*.json")) if LEDGER_DIR.is_dir() else []:
+        try:
+            led = Ledger.load(path)
+        except (ValueError, TypeError, OSError):
+            continue
+        if (tag is None or led.tag == tag) and (include_live or not led.owner_alive()):
+            out.append(led)
+    return out
 
 
 def tagged_namespaces() -> list[str]:
@@ -239,7 +259,7 @@ def clean(include_live: bool = False, tag: str | None = None) -> CleanReport:
             log.warning("unreadable ledger %s: %s", path, e)
             continue
         known.add(led.tag)
-        if (tag and led.tag != tag) or led.machines:  # spread over machines: their own clean
+        if (tag and led.tag != tag) or led.machines or led.lab:  # elsewhere: their own clean
             continue
         if led.owner_alive() and not include_live:
             report.skipped_live.append(led.tag)

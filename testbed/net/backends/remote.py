@@ -10,6 +10,9 @@ and teardown removes on every host (also after a failure), is:
 - the tc shaping on each host's NIC (``testbed.net.lab.shaping``);
 - the processes started through ``popen``/``start`` (killed by pid).
 
+Each is written into the ledger's ``lab`` record as it is made, so that ``clean`` removes them
+over SSH after a SIGKILL of the controller (``testbed.net.lab.clean``).
+
 The network it hands back is a ``testbed.net.lab.network.RemoteNetwork``: commands, files and
 processes on the lab hosts go over SSH.
 """
@@ -88,6 +91,11 @@ class RemoteBackend(Backend):
         net = RemoteNetwork(topology=topology, links=links, ledger=ledger, backend=self,
                             lab=self.lab, run_dir=f"{self.workdir.rstrip('/')}/{ledger.tag}")
         ledger.backend = self.name
+        if self.settings is not None:  # how ``clean`` reaches the hosts after a SIGKILL
+            ledger.lab = {"inventory": str(self.settings.inventory),
+                          "dcs": list(self.settings.dcs),
+                          "known_hosts": str(self.settings.known_hosts), "run_dir": net.run_dir,
+                          "shaped": {}, "processes": {}}
         ledger.save()
         for dc in topology.dcs:
             hosts = self.lab.inventory.dcs[dc.name]
@@ -166,6 +174,12 @@ def shaping_plan(net: RemoteNetwork) -> list[HostShaping]:
     return plan
 
 
+def _record_shaped(net: RemoteNetwork, host: str, iface: str) -> None:
+    if net.ledger.lab:
+        net.ledger.lab["shaped"][host] = iface
+        net.ledger.save()
+
+
 def bring_up(backend: RemoteBackend, topology: Topology, links: list[ResolvedLink],
              shaper: str, record_dir: Path, stack: ExitStack) -> tuple[RemoteNetwork,
                                                                        RemoteShaper]:
@@ -182,7 +196,8 @@ def bring_up(backend: RemoteBackend, topology: Topology, links: list[ResolvedLin
              "gpus": lab.gpus, "rdma": lab.rdma,
              "hosts": {n.name: {"dc": n.dc, "addr": str(lab.host(n.name).addr),
                                 "iface": n.iface} for n in net.hosts.values()}}, indent=2))
-    sh = RemoteShaper(lab, shaping_plan(net), name=shaper, lab_links=links)
+    sh = RemoteShaper(lab, shaping_plan(net), name=shaper, lab_links=links,
+                      on_shaped=lambda host, iface: _record_shaped(net, host, iface))
     stack.callback(sh.stop)
     sh.apply()
     log.info("lab network %s up (tag %s): %d hosts, shaper %s", topology.name, net.tag,

@@ -30,16 +30,7 @@ CLEAN_TIMEOUT_S = 120.0
 def spread_ledgers(include_live: bool = False, tag: str | None = None) -> list[Ledger]:
     """This machine's ledgers of networks spread over machines whose owner is gone (or all,
     with ``include_live``), optionally only ``tag``'s."""
-    out = []
-    for path in sorted(ledgers.LEDGER_DIR.glob("tb*.json")) if ledgers.LEDGER_DIR.is_dir() else []:
-        try:
-            led = Ledger.load(path)
-        except (ValueError, TypeError, OSError):
-            continue
-        if led.machines and (tag is None or led.tag == tag) and \
-                (include_live or not led.owner_alive()):
-            out.append(led)
-    return out
+    return [led for led in ledgers.recorded(include_live, tag) if led.machines]
 
 
 def clean_machines(led: Ledger) -> tuple[list[str], list[str]]:

@@ -123,7 +123,7 @@ class RemoteNetwork(Network):
         conn, running = self.process_connection(host)
         proc = RemoteProcess(conn, host, self.node_argv(node, argv), cwd=host.home, output=out)
         running.append(proc)
-        self.procs.append(proc)
+        self._record(proc)
         return proc
 
     def gpu_count(self, node: Node) -> int:
@@ -173,8 +173,16 @@ class RemoteNetwork(Network):
                              cwd=str(cwd) if cwd else host.home, env=env, output=log_file,
                              on_exit=lambda p: self.fetch(host, outputs))
         running.append(proc)
-        self.procs.append(proc)
+        self._record(proc)
         return proc
+
+    def _record(self, proc: RemoteProcess) -> None:
+        """Keep ``proc`` for teardown, and in the ledger for ``clean`` after a SIGKILL."""
+        self.procs.append(proc)
+        if self.ledger.lab and proc.pid is not None:
+            self.ledger.lab.setdefault("processes", {}).setdefault(proc.host.name, []).append(
+                [proc.pid, proc.start_ticks])
+            self.ledger.save()
 
     def fetch(self, host: LabHost, outputs: list[tuple[PurePath, Path]]) -> None:
         """Copy each (file there, file here) from the host; trace files (JSONL) are aligned to

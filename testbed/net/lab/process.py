@@ -1,8 +1,10 @@
 """A process started on a lab host over SSH: a ``testbed.process.ProcessHandle`` (``poll``,
 ``wait``, ``terminate``, ``kill``, ``returncode``, ``pid``) like every other worker's.
 
-The remote command first prints its own pid (``sh -c 'echo $$; exec "$@"'``), so terminate and
-kill signal exactly that process (``kill -TERM <pid>`` over a second channel), never by name.
+The remote command first prints its own pid and start time (``sh -c 'echo "$$ <field 22 of
+/proc/$$/stat>"; exec "$@"'``; exec keeps both), so terminate and kill signal exactly that
+process (``kill -TERM <pid>`` over a second channel), never by name, and ``clean`` can tell it
+from a later process given the same pid (``testbed.net.lab.clean``).
 Its output (stdout and stderr together) is streamed into a local file while it runs. An
 ``on_exit`` hook runs once when the exit is first seen, before ``returncode`` is reported (the
 backend fetches the worker's trace there, so a watcher reading traces sees them).
@@ -30,8 +32,9 @@ POLL_S = 0.02
 # The exit status reported for a process that succeeded but whose results (its trace) could not
 # be fetched: the cell fails instead of losing a rank quietly.
 FETCH_FAILED = 70
-# $$ is the shell's pid; exec keeps it for the program.
-PID_PREFIX = ["sh", "-c", 'echo "$$"; exec "$@"', "sh"]
+# $$ is the shell's pid and field 22 of its stat its start time (clock ticks since boot; the
+# name in field 2 is "(sh)", without spaces); exec keeps both for the program.
+PID_PREFIX = ["sh", "-c", 'echo "$$ $(cut -d" " -f22 /proc/$$/stat)"; exec "$@"', "sh"]
 
 
 class RemoteProcess:
@@ -44,6 +47,7 @@ class RemoteProcess:
         self.conn, self.host, self.argv = conn, host, list(argv)
         self.returncode: int | None = None
         self.pid: int | None = None
+        self.start_ticks: int | None = None  # its start time on the host (/proc/<pid>/stat)
         self._pid_seen = threading.Event()
         self._on_exit, self._output = on_exit, output
         try:
@@ -71,8 +75,10 @@ class RemoteProcess:
                 if b"\n" not in head:
                     continue
                 first, data = head.split(b"\n", 1)
-                if first.strip().isdigit():
-                    self.pid = int(first)
+                words = first.split()
+                if words and all(w.isdigit() for w in words[:2]):
+                    self.pid = int(words[0])
+                    self.start_ticks = int(words[1]) if len(words) > 1 else None
                 else:
                     data = head  # the command never started (cd failed…): keep the message
                 self._pid_seen.set()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Callable
 
 from testbed.errors import CommandError, ShapingError, TestbedError
 from testbed.net.lab import ssh
@@ -55,6 +56,8 @@ class RemoteShaper(Shaper):
     name: str = "htb"
     directions: list = field(default_factory=list)
     lab_links: list = field(default_factory=list)   # the network's ResolvedLinks
+    # told (host name, NIC) before a NIC whose root was a kernel default is shaped
+    on_shaped: Callable[[str, str], None] | None = None
 
     def apply(self) -> "RemoteShaper":
         """Check every host can take its shaping, shape all of them in parallel, read it all
@@ -97,6 +100,8 @@ class RemoteShaper(Shaper):
                 f"testbed leaves other shaping alone; remove it with `tc qdisc del dev "
                 f"{hs.host.iface} root` if it is a leftover")
         hs.applied = True
+        if self.on_shaped is not None:
+            self.on_shaped(hs.host.name, hs.host.iface)
         for argv in argvs:
             try:
                 ssh.run(conn, hs.host, argv, privileged=True)
