@@ -90,7 +90,10 @@ def test_sigkill_of_the_controller_then_clean_leaves_nothing_on_the_lab_hosts(
 
 def test_lab_hosts_out_of_reach_keep_the_record_until_forgotten(tmp_path):
     """A lab ledger whose hosts cannot be reached (here: its inventory is gone) is kept and
-    `clean` says why and exits 1; `clean --forget TAG` drops it without reaching them."""
+    `clean` says why and exits 1; `clean --forget TAG` drops it without reaching them. The
+    ledgers are this test's own directory, and the clean is limited to its tag: a clean over
+    an empty ledger directory takes every tagged namespace for an orphan, those of the tests
+    running beside this one too."""
     led_dir = tmp_path / "ledgers"
     led_dir.mkdir()
     tag = "tb0c1ea5"
@@ -107,7 +110,7 @@ def test_lab_hosts_out_of_reach_keep_the_record_until_forgotten(tmp_path):
         return subprocess.run([sys.executable, "-m", "testbed", "clean", *args], cwd=ROOT,
                               capture_output=True, text=True, timeout=120, env=env)
 
-    res = clean()
+    res = clean("--tag", tag)
     assert res.returncode == 1 and "cannot read its inventory" in res.stderr, res
     assert (led_dir / f"{tag}.json").is_file()
     res = clean("--forget", tag)
