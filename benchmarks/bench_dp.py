@@ -17,8 +17,8 @@ Targets (PASS/FAIL per cell and link direction):
 
 Run (root, through the runner on the netns backend):
 ``sudo .venv/bin/python benchmarks/bench_dp.py [EXP.yaml …] [--small] [--save]``; default
-experiments: experiments/dp-across-dcs.yaml, gradient-sync.yaml, dp-overlap.yaml and
-wan-sharing.yaml (the cells with dp > 1). ``--small`` runs one 4-rank cell per algorithm
+experiments: experiments/dp-across-dcs.yaml, gradient-sync.yaml, dp-overlap.yaml,
+wan-sharing.yaml and hierarchical-unequal.yaml (the cells with dp > 1). ``--small`` runs one 4-rank cell per algorithm
 instead (about a minute). Run it on a quiet machine: on a busy one the cells are degraded.
 """
 from __future__ import annotations
@@ -34,7 +34,8 @@ import pandas as pd
 from benchsave import add_save, saved
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENTS = ["dp-across-dcs", "gradient-sync", "dp-overlap", "wan-sharing"]
+EXPERIMENTS = ["dp-across-dcs", "gradient-sync", "dp-overlap", "wan-sharing",
+               "hierarchical-unequal"]
 ITER_PCT, BYTES_PCT, EXPOSED_PCT = 5.0, 2.0, 10.0
 
 SMALL = """\

@@ -14,7 +14,7 @@ from testbed.errors import SpecError
 from testbed.plan import plan_all
 from testbed.plan.grid import dp_across_dcs, slots_of
 from testbed.spec import load_experiment
-from testbed.spec.allreduce import bucket_sizes, padded, rank_steps, rings_of
+from testbed.spec.allreduce import bucket_sizes, rank_steps
 from testbed.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,11 +76,10 @@ def test_a_map_naming_an_unknown_dc_or_overfilling_one_is_exit_2_at_its_place(tm
     assert "Traceback" not in res.stderr
 
 
-def test_hierarchical_needs_as_many_replicas_in_every_dc(tmp_path):
+def test_hierarchical_plans_dcs_holding_unequal_numbers_of_replicas(tmp_path):
     assert _validate(tmp_path, "ring", "east").returncode == 0
-    res = _validate(tmp_path, "hierarchical", "east")
-    assert res.returncode == 2
-    assert "DCs east, west hold [2, 1]" in res.stdout + res.stderr
+    res = _validate(tmp_path, "hierarchical", "east")  # east holds 2 replicas, west 1
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_the_row_settings_record_the_map(tmp_path):
@@ -98,19 +97,24 @@ def _all_reduce(grid, algorithm, numel, bucket=None):
     slots = [Slot(d * pp + s, s, d, dc, 0) for d, row in enumerate(grid) for s, dc in enumerate(row)]
     ranks = [s.rank for s in slots if s.pp_rank == 0]
     steps = {r: rank_steps(slots, r, numel, algorithm, bucket) for r in ranks}
-    rings = rings_of(slots, ranks[0], algorithm)
+    assert len({len(v) for v in steps.values()}) == 1  # step i is the same step everywhere
     rng = np.random.default_rng(0)
     vec = {r: rng.random(numel) for r in ranks}
     sizes = bucket_sizes(numel, bucket)
     starts = np.cumsum([0] + sizes)
+
+    def length(r, b):  # the bucket's padded vector: as far as any step reaches
+        return max(max(st.send_at, st.recv_at) + st.numel for st in steps[r] if st.bucket == b)
     bufs = {r: [np.concatenate([vec[r][starts[b]:starts[b + 1]],
-                                np.zeros(padded(n, rings) - n)]) for b, n in enumerate(sizes)]
+                                np.zeros(length(r, b) - n)]) for b, n in enumerate(sizes)]
             for r in ranks}
     for i in range(len(steps[ranks[0]])):
+        live = [r for r in ranks if not steps[r][i].idle]
         sent = {(r, steps[r][i].send_to): bufs[r][steps[r][i].bucket][
-            steps[r][i].send_at:steps[r][i].send_at + steps[r][i].numel].copy() for r in ranks}
-        for r in ranks:
+            steps[r][i].send_at:steps[r][i].send_at + steps[r][i].numel].copy() for r in live}
+        for r in live:
             st = steps[r][i]
+            assert not steps[st.send_to][i].idle and not steps[st.recv_from][i].idle
             view = bufs[r][st.bucket][st.recv_at:st.recv_at + st.numel]
             view[:] = view + sent[(st.recv_from, r)] if st.reduce else sent[(st.recv_from, r)]
     want = sum(vec.values())
@@ -127,6 +131,34 @@ def test_the_steps_sum_every_replicas_gradients(algorithm):
     # flat: 2(6−1) steps; hierarchical: 2(2−1) inside + 2(3−1) between DCs
     assert len(steps) == (10 if algorithm == "ring" else 6)
     _all_reduce(grid, algorithm, 1001, bucket=300)  # four buckets, one after the other
+
+
+@pytest.mark.parametrize("grid", [
+    [["a"], ["a"], ["b"]],                                   # 2 and 1
+    [["a"], ["b"], ["a"], ["c"], ["a"]],                     # 3, 1 and 1
+    [["a"], ["a"], ["a"], ["b"], ["b"]],                     # 3 and 2: shards cut at 1/3, 1/2, 2/3
+    [["a"], ["b"], ["a"], ["b"], ["a"], ["c"], ["c"], ["a"]],  # 4, 2 and 2
+])
+def test_hierarchical_over_unequal_dcs_sums_every_replica(grid):
+    steps = _all_reduce(grid, "hierarchical", 1001)
+    _all_reduce(grid, "hierarchical", 1001, bucket=300)
+    assert any(st.idle for st in steps) or len({row[0] for row in grid}) == 2
+
+
+def test_hierarchical_over_unequal_dcs_crosses_the_wan_with_shards():
+    from testbed.topology import Slot
+    grid = ["a", "a", "a", "b", "b"]  # the vector cut at 1/3, 1/2 and 2/3: four pieces
+    slots = [Slot(d, 0, d, dc, 0) for d, dc in enumerate(grid)]
+    dc = {s.rank: s.dc for s in slots}
+    wan = {r: [st for st in rank_steps(slots, r, 1200, "hierarchical")
+               if not st.idle and dc[st.send_to] != dc[r]] for r in range(5)}
+    # each piece crosses once each way per step of its 2-DC ring (reduce-scatter, all-gather)
+    assert sum(st.numel for st in wan[0] + wan[1] + wan[2]) == 1200
+    assert sum(st.numel for st in wan[3] + wan[4]) == 1200
+    # the flat ring sends 2 × 4/5 of the vector over each WAN direction it crosses
+    flat = sum(st.numel for r in range(5) for st in rank_steps(slots, r, 1200, "ring")
+               if dc[st.send_to] != dc[r])
+    assert flat == 2 * 2 * 4 * 1200 // 5
 
 
 def test_hierarchical_sends_a_shard_between_dcs():

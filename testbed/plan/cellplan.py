@@ -33,7 +33,6 @@ from testbed.sim.iteration import Path, SimInput, StageTimes
 from testbed.sim.inputs import build_input, collective_steps
 from testbed.sim.paths import PathModel
 from testbed.spec import Cell, Experiment
-from testbed.spec.allreduce import hierarchy_problem
 from testbed.spec.costs import message_bytes, stage_times
 
 log = logging.getLogger(__name__)
@@ -213,10 +212,6 @@ def plan_cell(cell: Cell) -> CellPlan:
         slots = place(exp.placement, topology, w.parallel.pp, w.parallel.dp,
                       lambda: placement_problem(exp, topology, paths, c), w.ranks_per_host)
         schedule = schedule_for(exp, paths, c, slots)
-        if w.gradient_sync.algorithm == "hierarchical" and w.parallel.dp > 1:
-            why = hierarchy_problem(slots, w.parallel.pp)
-            if why:
-                raise ValueError(why)
     except ValueError as e:  # compute times unknown, a schedule that cannot be built
         raise PlanError(f"cannot plan cell {cell.cell_id}: {e}") from None
     plan = CellPlan(cell, topology, links, paths, c, slots, schedule)

@@ -85,7 +85,8 @@ def planned_bytes(plan: CellPlan) -> dict[tuple[str, str], float]:
         for s in plan.slots:
             for steps in collectives.get(s.rank, {}).values():
                 for st in steps:
-                    send(s.rank, st.send_to, st.numel * FLOAT32_BYTES * share)
+                    if not st.idle:
+                        send(s.rank, st.send_to, st.numel * FLOAT32_BYTES * share)
     return out
 
 

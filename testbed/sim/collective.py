@@ -11,6 +11,7 @@ occupies them for its serialization (quantum by quantum, see ``QUANTUM_BYTES``) 
 one delay plus ``MESSAGE_LATENCY_S`` later.
 r's step is done when its own bytes have left and p's have arrived, plus, for a
 reduce-scatter step, the modelled addition (``reduce_step_s``) and the sleep's overshoot.
+An ``IDLE`` step (hierarchical over unequal DCs) is done as soon as it is posted.
 Transfers of different stages, replicas and pipeline messages queue on a shared hop in the
 order they are issued, so all-reduces that cross one WAN link direction take turns on it.
 """
@@ -109,8 +110,10 @@ class Collectives:
         if i == len(steps):
             self.ended[(stage, rank)] = t
             return
-        self.posted[(stage, rank, i)] = t
         st = steps[i]
+        if st.idle:  # waits out the other ranks' step i: nothing of its own to do
+            return self._post(t, stage, rank, i + 1)
+        self.posted[(stage, rank, i)] = t
         self._try_send(stage, rank, i, st.send_to)
         self._try_send(stage, st.recv_from, i, rank)
 

@@ -28,8 +28,7 @@ import numpy as np
 from testbed.schedule.ir import Schedule
 from testbed.sim import calibration as C
 from testbed.sim.iteration import Path
-from testbed.spec.allreduce import (Step, bucket_sizes, hierarchy_problem, padded,
-                                    replica_groups, steps_of)
+from testbed.spec.allreduce import Step, bucket_sizes, group_steps, padded, replica_groups
 from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
 from testbed.topology import Slot
 
@@ -55,31 +54,19 @@ class CollectiveSteps(Mapping):
         self.algorithm, self.bucket_numel = algorithm, bucket_numel
         self.pp_rank = {s.rank: s.pp_rank for s in slots}
         self.groups = {p: replica_groups(slots, p) for p in sorted(set(self.pp_rank.values()))}
-        if algorithm == "hierarchical":
-            why = hierarchy_problem(slots, len(self.groups))
-            if why:
-                raise ValueError(why)
-        elif algorithm != "ring":
+        if algorithm not in ("ring", "hierarchical"):
             raise ValueError(f"unknown gradient_sync algorithm {algorithm!r}; valid: ring, "
                              "hierarchical")
         self._made: dict[int, dict[int, list[Step]]] = {}
         self._rings: dict[tuple[int, int], Ring | None] = {}
 
-    def _rings_of(self, rank: int) -> list[list[int]]:
-        groups = self.groups[self.pp_rank[rank]]
-        if self.algorithm == "ring":
-            rings = [[r for g in groups for r in g]]
-        else:
-            mine = next(g for g in groups if rank in g)
-            rings = [mine, [g[mine.index(rank)] for g in groups]]
-        return [r for r in rings if len(r) > 1]
-
     def __getitem__(self, rank: int) -> dict[int, list[Step]]:
         if rank not in self._made:
             if rank not in self.pp_rank:
                 raise KeyError(rank)
-            rings = self._rings_of(rank)
-            self._made[rank] = {s: _bucketed(rings, rank, self.grad_numel[s], self.bucket_numel)
+            groups = self.groups[self.pp_rank[rank]]
+            self._made[rank] = {s: group_steps(groups, rank, self.grad_numel[s], self.algorithm,
+                                               self.bucket_numel)
                                 for s in self.schedule.stages_of(self.pp_rank[rank])}
         return self._made[rank]
 
@@ -102,22 +89,12 @@ class CollectiveSteps(Mapping):
         if (stage, p) not in self._rings:
             found = None
             if self.algorithm == "ring" and stage in self.stages_of(rank):
-                ranks = self._rings_of(rank)[0]
+                ranks = [r for g in self.groups[p] for r in g]
                 found = Ring(tuple(ranks), tuple(padded(n, [ranks]) // len(ranks) for n in
                                                  bucket_sizes(self.grad_numel[stage],
                                                               self.bucket_numel)))
             self._rings[(stage, p)] = found
         return self._rings[(stage, p)]
-
-
-def _bucketed(rings: list[list[int]], rank: int, numel: int,
-              bucket_numel: int | None) -> list[Step]:
-    out: list[Step] = []
-    if not rings:
-        return out
-    for b, n in enumerate(bucket_sizes(numel, bucket_numel)):
-        out += steps_of(rings, rank, n, b, len(out))
-    return out
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,9 @@ class GradientSync(Strict):
         "ring", description="ring: one ring over every replica of the stage, ordered by DC "
                             "(file order) then replica, so it crosses each DC boundary once; "
                             "hierarchical: reduce-scatter inside each DC, all-reduce of the "
-                            "shards between DCs, all-gather inside each DC (every DC holding "
-                            "the stage must hold the same number of its replicas)")
+                            "shards between DCs, all-gather inside each DC (DCs holding "
+                            "unequal numbers of replicas: the shards cut where any DC's shard "
+                            "ends, each piece all-reduced between its owners)")
     overlap: bool = Field(
         True, description="every_step: start a stage's all-reduce as soon as its last backward "
                           "of the iteration ends, beside the rank's remaining pipeline work "

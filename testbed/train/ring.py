@@ -75,7 +75,11 @@ class GradientRing:
     def __init__(self, steps: dict[int, list[Step]], group: Any, numel: dict[int, int],
                  tracer: Any, transport: Transport | None = None,
                  codec: WireCodec | None = None):
-        self.steps, self.numel, self.tr = steps, dict(numel), tracer
+        # an IDLE step (hierarchical over unequal DCs) only keeps the steps' numbering: its
+        # rank has nothing to send or receive, so it goes on to its next step at once
+        self.steps = {s: [st for st in v if not st.idle] for s, v in steps.items()}
+        self.numel, self.tr = dict(numel), tracer
+        self._ends = {s: _bucket_ends(v) for s, v in self.steps.items()}
         self.transport = transport or Transport([group])
         self.codec = codec  # real compute: the chunks' type on the wire (default float32)
         self._bucket_t0: dict[int, int] = {}  # each stage's current bucket's first step start
@@ -128,10 +132,10 @@ class GradientRing:
         t1 = ns()
         self.tr.action(it, "ALLREDUCE_STEP", stage, st.index, t0, t1, "comm",
                        self._wire_bytes(st.numel), st.send_to)
-        steps = self.steps[stage]
-        if st.index == 0 or steps[st.index - 1].bucket != st.bucket:
+        steps, (first, last) = self.steps[stage], self._ends[stage]
+        if st.index in first:
             self._bucket_t0[stage] = t0
-        if st.index + 1 == len(steps) or steps[st.index + 1].bucket != st.bucket:
+        if st.index in last:
             sent = sum(self._wire_bytes(x.numel) for x in steps if x.bucket == st.bucket)
             self.tr.action(it, "ALLREDUCE_BUCKET", stage, st.bucket, self._bucket_t0[stage], t1,
                            "comm", sent, None)
@@ -218,6 +222,16 @@ class GradientRing:
     def _unpack(buckets: dict[int, tuple], flat: torch.Tensor) -> None:
         for start, n, buf in buckets.values():
             flat[start:start + n] = buf[:n]
+
+
+def _bucket_ends(steps: list[Step]) -> tuple[set[int], set[int]]:
+    """The indices of each bucket's first and last step in ``steps``."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for st in steps:
+        first.setdefault(st.bucket, st.index)
+        last[st.bucket] = st.index
+    return set(first.values()), set(last.values())
 
 
 def EmulatedRing(ring: list[int], position: int, group: Any, numel: dict[int, int],

@@ -15,8 +15,8 @@ from testbed.launch.loopback import free_port
 pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parents[2]
 
-# each of 4 ranks (replicas of one stage, DCs a b a b) all-reduces its own vector:
-# element i of rank r is (r + 1) * (i + 1); the sum is 10 * (i + 1)
+# each of 4 ranks (replicas of one stage, in the DCs a string names, e.g. a b a b) all-reduces
+# its own vector: element i of rank r is (r + 1) * (i + 1); the sum is 10 * (i + 1)
 SCRIPT = """
 import datetime, os, sys
 import torch, torch.distributed as dist
@@ -25,10 +25,11 @@ from testbed.topology import Slot
 from testbed.train.ring import GradientRing
 
 rank, port, algorithm, bucket = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+dcs = sys.argv[5]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
 dist.init_process_group("gloo", rank=rank, world_size=4,
                         timeout=datetime.timedelta(seconds=60))
-slots = [Slot(d, 0, d, "ab"[d % 2], d // 2) for d in range(4)]
+slots = [Slot(d, 0, d, dcs[d], dcs[:d].count(dcs[d])) for d in range(4)]
 numel = 1001
 steps = {0: rank_steps(slots, rank, numel, algorithm, bucket or None)}
 ring = GradientRing(steps, None, {0: numel}, None)
@@ -40,15 +41,18 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.parametrize("algorithm,bucket,steps", [("ring", 0, 6),
-                                                     ("hierarchical", 300, 16)])
-def test_the_real_all_reduce_sums_every_replica(tmp_path, algorithm, bucket, steps):
+@pytest.mark.parametrize("algorithm,bucket,dcs,steps", [
+    ("ring", 0, "abab", 6),
+    ("hierarchical", 300, "abab", 16),
+    # unequal DCs (3 replicas and 1): 2 + 2 × 3 pieces + 2 steps per bucket, some idle
+    ("hierarchical", 300, "aaba", 40)])
+def test_the_real_all_reduce_sums_every_replica(tmp_path, algorithm, bucket, dcs, steps):
     script = tmp_path / "sync.py"
     script.write_text(SCRIPT)
     port = str(free_port())
     env = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout's testbed
     procs = [subprocess.Popen([sys.executable, str(script), str(r), port, algorithm,
-                               str(bucket)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               str(bucket), dcs], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(4)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
