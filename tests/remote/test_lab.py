@@ -1,6 +1,10 @@
 """Reaching stand-in lab hosts (sshd in namespaces): host keys, versions, clocks, errors."""
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path, PurePosixPath
+
 import pytest
 
 from testbed.errors import SpecError
@@ -100,5 +104,43 @@ def test_a_failed_trace_fetch_fails_the_rank_and_says_why(lab, inventory, known_
             assert proc.wait(timeout=30) == FETCH_FAILED  # `true` itself exited 0
         log = (tmp_path / "rank0.log").read_text()
         assert f"fetching what the process left on {host.name} failed" in log
+    finally:
+        opened.close()
+
+
+def test_copies_of_one_file_from_several_nodes_are_never_seen_half_written(
+        lab, inventory, known_hosts, tmp_path):
+    # backend: cluster puts the cell file once per emulated host, and a machine's hosts share
+    # its run directory: a rank must never read a copy the next put has just truncated. The
+    # stand-in hosts share this machine's /tmp, as a machine's emulated hosts share its disk.
+    from testbed.net.lab.network import RemoteNetwork
+    from testbed.net.network import Node
+    opened = Lab.open(inventory, DCS, known_hosts, clock_samples=1)
+    try:
+        net = RemoteNetwork(topology=None, links=[], ledger=None, lab=opened)
+        nodes = [Node(h.name, h.dc, "", h.ip, "") for h in opened.hosts()[:2]]
+        local = tmp_path / "cell.json"
+        local.write_bytes(b"x" * (8 << 20))
+        there = PurePosixPath(tmp_path / "shared" / "cell.json")
+        Path(there.parent).mkdir()
+        stop, seen = threading.Event(), set()
+
+        def copy(node):
+            while not stop.is_set():
+                net.put(node, local, there)
+
+        copiers = [threading.Thread(target=copy, args=(n,)) for n in nodes]
+        for t in copiers:
+            t.start()
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            try:
+                seen.add(Path(there).stat().st_size)
+            except FileNotFoundError:
+                pass
+        stop.set()
+        for t in copiers:
+            t.join(timeout=60)
+        assert seen == {8 << 20}, sorted(seen)[:5]
     finally:
         opened.close()

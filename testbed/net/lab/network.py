@@ -141,9 +141,15 @@ class RemoteNetwork(Network):
         return PurePosixPath(self.run_dir)
 
     def put(self, node: Node, local: Path, there: PurePath) -> None:
-        """Copy a file to the node's host over SFTP."""
+        """Copy a file to the node's host over SFTP: written beside, under a name of this
+        node's, and renamed over ``there``. Several nodes of one machine (``backend:
+        cluster``) share its run directory and each copies the cell file into it: a rank
+        reading it then sees a whole file, never one that a copy for the next node has just
+        truncated."""
+        tmp = f"{there}.{node.name}.tmp"
         with self.sftp(self.lab_host(node)) as sftp:
-            sftp.put(str(local), str(there))
+            sftp.put(str(local), tmp)
+            sftp.posix_rename(tmp, str(there))
 
     def write_text(self, node: Node, path: PurePath, text: str) -> None:
         """Replace ``path`` on the node's host with ``text`` (SFTP: written beside, renamed
