@@ -33,6 +33,7 @@ from typing import Any
 from testbed.cell.celldir import CellDir
 from testbed.errors import WorkerError
 from testbed.net.steps import StepPlayer
+from testbed.net.wiresampler import WireSampler
 from testbed.plan import CellPlan
 from testbed.readout.collectives import program_sync_columns
 from testbed.readout.series import FIXED, PERIOD, Series, metrics_and_series
@@ -44,7 +45,8 @@ NEEDS_COMPUTE = ("bubble_ratio", "bubble_ratio_max", "bubble_ratio_megatron", "e
 
 
 def program_metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer,
-                    finished: bool = True) -> tuple[dict[str, Any], Series | None]:
+                    finished: bool = True, wire: WireSampler | None = None
+                    ) -> tuple[dict[str, Any], Series | None]:
     """(the measured columns of a program's finished cell, with ``metrics_source``; its
     per-iteration series, None where it has no iterations). ``finished`` False takes traces
     of ranks that were stopped at exit as they are. Raises WorkerError when its traces (or
@@ -52,21 +54,22 @@ def program_metrics(cell_dir: Path, plan: CellPlan, player: StepPlayer,
     d, w = CellDir(Path(cell_dir)), plan.experiment.workload
     traces = load_traces(cell_dir, finished=finished) if d.traces() else {}
     if _has(traces, "iter"):
-        return _traced(cell_dir, plan, player, traces, "marked")
+        return _traced(cell_dir, plan, player, traces, "marked", wire)
     if w.program.iteration_regex:
         return _printed(d, plan)
     if _has(traces, "opt"):
         return _traced(cell_dir, plan, player, iterations_from_optimizer(traces, w.warmup),
-                       "optimizer")
+                       "optimizer", wire)
     return {"metrics_source": "none"}, None
 
 
 def _traced(cell_dir: Path, plan: CellPlan, player: StepPlayer, traces: dict[int, list[dict]],
-            without_compute: str) -> tuple[dict[str, Any], Series]:
+            without_compute: str, wire: WireSampler | None = None
+            ) -> tuple[dict[str, Any], Series]:
     """Metrics and series from traces with iteration records: every metric where they have
     compute records (``instrumented``), else iteration time and throughput
     (``without_compute``)."""
-    out, series = metrics_and_series(cell_dir, plan, player, PERIOD, traces)
+    out, series = metrics_and_series(cell_dir, plan, player, PERIOD, traces, wire)
     syncs, calls = program_sync_columns(traces)
     out.update(syncs)
     if calls:  # iterations.csv marks the iterations that all-reduced

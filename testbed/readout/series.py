@@ -9,6 +9,15 @@ delay (ms, one way, a→b), rate (Mbit/s, empty: unshaped) and loss (%) in force
 For a cell with time-varying steps the row's ``predicted_*`` columns are replaced by the
 prediction over the same phases (``testbed.plan.phases``).
 
+Where the all-reduce runs (dp > 1): ``allreduce_exposed_s``, the time the ranks stood still
+for it in that iteration (their ALLREDUCE_WAIT, mean over ranks; a sync step's stall in the
+low-communication modes, which also get ``compute_utilization``: compute time over the
+iteration's span, mean over ranks). Where the routers' counters are sampled
+(``testbed.net.wiresampler``: the local backends): ``link_<name>_from_<dc>_bytes_measured``
+for every inter-DC link direction, the bytes (frames, headers included) its sending
+interface counted from the iteration's start to the next one's (the last: to its end), and
+``wan_bytes_measured``, their sum.
+
 Nothing here writes: the series comes back as rows (``series_csv`` is its file's text), and the
 runner keeps it in the cell directory (``CellDir.iterations``).
 """
@@ -16,11 +25,14 @@ from __future__ import annotations
 
 import csv
 import io
+import statistics
 from pathlib import Path
 from typing import Any
 
+from testbed.readout.outer import allreduce_splits
 from testbed.readout.traces import by_period, iteration_stats, load_traces, per_iteration, summarize
 from testbed.net.steps import StepPlayer
+from testbed.net.wiresampler import WireSampler
 from testbed.plan import CellPlan
 from testbed.plan.phases import PhasePredictor, State, combined, has_steps, links_in_state
 from testbed.readout import columns
@@ -34,16 +46,21 @@ SPAN, PERIOD = "span", "period"  # the row's iteration_basis (testbed.readout.tr
 
 
 def metrics_and_series(cell_dir: Path, plan: CellPlan, player: StepPlayer, basis: str = SPAN,
-                       traces: dict[int, list[dict]] | None = None
-                       ) -> tuple[dict[str, Any], Series]:
+                       traces: dict[int, list[dict]] | None = None,
+                       wire: WireSampler | None = None) -> tuple[dict[str, Any], Series]:
     """(the cell's metrics, its per-iteration series) from its traces, iteration time on
-    ``basis``. Raises WorkerError on bad traces."""
-    iters = per_iteration(traces if traces is not None else load_traces(cell_dir))
+    ``basis``, with the bytes ``wire`` sampled on the links. Raises WorkerError on bad
+    traces."""
+    traces = traces if traces is not None else load_traces(cell_dir)
+    iters = per_iteration(traces)
     if basis == PERIOD:
         iters = by_period(iters)
     out = {**summarize(iters, plan.experiment.workload), "iteration_basis": basis}
     predictor = PhasePredictor(plan)
     rows = iteration_rows(iters, plan, player, predictor)
+    _add_sync_columns(rows, iters, plan, traces)
+    if wire is not None:
+        _add_wire_columns(rows, iters, plan, wire)
     if has_steps(plan):
         phased = combined([predictor(r["_state"]) for r in rows])
         out.update({k: (round(v, 6) if isinstance(v, float) else v) for k, v in phased.items()})
@@ -88,6 +105,44 @@ def iteration_rows(iters: list[dict], plan: CellPlan, player: StepPlayer,
                         p + "loss_pct": link.a_to_b.loss_pct})
         rows.append(row)
     return rows
+
+
+def _add_sync_columns(rows: Series, iters: list[dict], plan: CellPlan,
+                      traces: dict[int, list[dict]]) -> None:
+    """Each row's ``allreduce_exposed_s`` (dp > 1) and, in a low-communication mode, its
+    ``compute_utilization``."""
+    w = plan.experiment.workload
+    if w.parallel.dp < 2:
+        return
+    splits = allreduce_splits(traces, lambda it: True)
+    if not splits:  # a program's own all-reduces are not the worker's (readout.collectives)
+        return
+    for row, i in zip(rows, iters):
+        got = splits.get(i["iter"])
+        row["allreduce_exposed_s"] = round(statistics.fmean(e for e, _ in got), 6) \
+            if got else 0.0
+        if w.gradient_sync.outer and i["span_s"] > 0:
+            row["compute_utilization"] = round(statistics.fmean(
+                b / i["span_s"] for b in i["busy_s"].values()), 6)
+
+
+def _add_wire_columns(rows: Series, iters: list[dict], plan: CellPlan,
+                      wire: WireSampler) -> None:
+    """Each row's bytes per inter-DC link direction, from ``wire``'s samples (nothing
+    without samples)."""
+    if not wire.sampled():
+        return
+    name = {f"{src}->{dst}": f"{columns.LINK_PREFIX}{link.name}_from_{src}_bytes_measured"
+            for link in plan.links for src, dst in ((link.a, link.b), (link.b, link.a))}
+    for k, (row, i) in enumerate(zip(rows, iters)):
+        nxt = iters[k + 1] if k + 1 < len(iters) else None
+        end = nxt["t0_ns"] if nxt is not None and nxt["iter"] == i["iter"] + 1 \
+            else i["t0_ns"] + round(i["span_s"] * 1e9)
+        sent = wire.between(i["t0_ns"], end)
+        for key, n in sorted(sent.items()):
+            if key in name:
+                row[name[key]] = n
+        row["wan_bytes_measured"] = sum(sent.values())
 
 
 def _rounded(v: float | None) -> float | None:

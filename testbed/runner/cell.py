@@ -32,6 +32,7 @@ from testbed.launch.workers import start_workers
 from testbed.net.backends.base import Backend
 from testbed.net.shaping.interface import Shaper
 from testbed.net.steps import StepPlayer
+from testbed.net.wiresampler import WireSampler
 from testbed.plan import CellPlan
 from testbed.plan.grid import grid_text
 from testbed.readout.nccl import nccl_columns
@@ -188,7 +189,8 @@ class CellRunner:
             player = _start_steps(shaper, plan.links, stack,
                                   IterationWatch(Path(cell_dir.trace(0))).done)
             # a part that dies mid-run (a delay line, the interpreter) fails the cell at once
-            with CpuSampler() as cpu:  # the box's CPU over the workers' phase (fidelity)
+            # the box's CPU over the workers' phase (fidelity); each link direction's bytes
+            with CpuSampler() as cpu, WireSampler(shaper.counter_namespaces()) as wire:
                 exits = watch_workers(procs, exp.timeout_s, Path(cell_dir.root), check=check,
                                       finished=_finished(plan, cell_dir))
             row["wall_time_s"] = round(time.monotonic() - t0, 3)
@@ -200,7 +202,7 @@ class CellRunner:
             _write_json(Path(cell_dir.steps), player.applied)
             clock.mark("workers")
         clock.mark("stop")
-        row.update(_metrics(cell_dir, plan, player, exits))
+        row.update(_metrics(cell_dir, plan, player, exits, wire))
         row.update(dp_columns(plan, Path(cell_dir.root), sent_before, sent_after, not exits))
         row.update(control_columns(plan, self.controls, row, Path(cell_dir.root)))
         row.update(nccl_columns(plan, Path(cell_dir.root)))
@@ -239,17 +241,17 @@ def _start_steps(shaper: Shaper, links: list[ResolvedLink], stack: ExitStack,
 
 
 def _metrics(cell_dir: CellDir, plan: CellPlan, player: StepPlayer,
-             exit_notes: dict[int, str]) -> dict[str, Any]:
+             exit_notes: dict[int, str], wire: WireSampler) -> dict[str, Any]:
     """The built-in worker's metrics (with the phased prediction of a cell with steps); a
     program's, as far as its traces or output allow (``metrics_source`` says how they were
     obtained), with what its ranks did at exit. The per-iteration series, where there is one,
     is kept in the cell directory (iterations.csv)."""
     root = Path(cell_dir.root)
     if plan.experiment.workload.program is None:
-        out, series = metrics_and_series(root, plan, player)
+        out, series = metrics_and_series(root, plan, player, wire=wire)
         out["metrics_source"] = "worker"
     else:
-        out, series = program_metrics(root, plan, player, finished=not exit_notes)
+        out, series = program_metrics(root, plan, player, finished=not exit_notes, wire=wire)
         notes = "; ".join(f"rank {r} {why}" for r, why in sorted(exit_notes.items()))
         out["exit_status"] = notes or "ok"
     if series is not None:

@@ -89,3 +89,8 @@ def test_an_unmodified_diloco_script_shows_its_syncs(tmp_path, sync):
     # the pseudo-gradients crossed the link: each replica sends its tensors' bytes at least
     # once per sync (a ring of 2), 3 syncs over 12 steps
     assert row["wan_bytes_per_step_measured"] >= 3 * nbytes / 12
+    # and per iteration (the router interfaces' counters, sampled): each sync step carries at
+    # least a replica's tensors each way, an inner step next to nothing
+    wan = dict(zip(series["iteration"], series["wan_bytes_measured"]))
+    assert all(wan[it] >= 2 * nbytes for it in (4, 8)), wan
+    assert all(wan[it] < 0.01 * nbytes for it in wan if it not in (4, 8)), wan

@@ -1,6 +1,7 @@
 """diloco and streaming through the runner on the netns backend: three replicas, one per DC,
 each a whole pipeline; the outer all-reduce's bytes cross the shaped WAN links only in the sync
-steps, which the row counts, iterations.csv marks and the simulator predicts."""
+steps, which the row counts, iterations.csv marks (with each step's bytes per link direction,
+stall and compute utilisation) and the simulator predicts."""
 from __future__ import annotations
 
 import os
@@ -85,6 +86,23 @@ def test_outer_syncs_cross_the_wan_only_in_their_steps_near_their_predictions(tm
         assert 1.0 <= row["wan_bytes_per_step_measured"] / row["wan_bytes_per_step_planned"] \
             <= BYTES_ABOVE_PLAN, row[["wan_bytes_per_step_measured", "wan_bytes_per_step_planned"]]
         assert 0 < row["compute_utilization"] < 1
+        # per iteration, the bytes the WAN interfaces counted (testbed.net.wiresampler): a sync
+        # step carries the ring's 2 (k - 1) chunks of every replica's payload (k = 3) and its
+        # headers, an inner step next to nothing (the start syncs)
+        ring = 2 * (3 - 1) * row["outer_sync_payload_bytes"]
+        wan = dict(zip(series["iteration"], series["wan_bytes_measured"]))
+        for it, sent in wan.items():
+            if it in syncs:
+                assert 1.0 <= sent / ring <= BYTES_ABOVE_PLAN, (it, sent, ring)
+            else:
+                assert sent < 0.01 * ring, (it, sent, ring)
+        links = [c for c in series.columns
+                 if c.startswith("link_") and c.endswith("_bytes_measured")]
+        assert len(links) == 6 and (series[links].sum(axis=1) == series["wan_bytes_measured"]).all()
+        # the stall of each sync step, none in an inner step; compute over the step's span
+        stall = dict(zip(series["iteration"], series["allreduce_exposed_s"]))
+        assert all((stall[it] > 0) == (it in syncs) for it in stall), stall
+        assert ((series["compute_utilization"] > 0) & (series["compute_utilization"] <= 1)).all()
         # no all-reduce traffic outside the sync steps (and the untimed warm-up one)
         traces = load_traces(run / "cells" / row["cell_id"])
         reduced = {r["iter"] for recs in traces.values() for r in recs

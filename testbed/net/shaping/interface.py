@@ -61,6 +61,12 @@ class Shaper(ABC):
         not read."""
         return None
 
+    def counter_namespaces(self) -> dict[str, tuple[str, str]]:
+        """Where ``tx_counters`` reads each direction, for ``testbed.net.wiresampler``:
+        (the file of the sending router's network namespace on this machine, its interface),
+        keyed as there; empty where the routers are not on this machine."""
+        return {}
+
     @abstractmethod
     def stop(self) -> None:
         """Stop and remove whatever the shaper runs or set; idempotent."""

@@ -142,6 +142,15 @@ class NamespaceShaper(Shaper):
         return {f"{d.end.router.dc}->{d.end.peer}": n
                 for d, n in zip(self.directions, _each(sent, self.directions))}
 
+    def counter_namespaces(self) -> dict[str, tuple[str, str]]:
+        out = {}
+        for d in self.directions:
+            ns = self.net.backend.netns_file(d.end.router)
+            if ns is None:
+                return {}
+            out[f"{d.end.router.dc}->{d.end.peer}"] = (ns, d.end.iface)
+        return out
+
     def stop(self) -> None:
         """Stop anything the shaper runs (qdiscs and rules go with the namespaces)."""
 
