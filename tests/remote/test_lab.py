@@ -1,6 +1,7 @@
 """Reaching stand-in lab hosts (sshd in namespaces): host keys, versions, clocks, errors."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path, PurePosixPath
@@ -144,3 +145,36 @@ def test_copies_of_one_file_from_several_nodes_are_never_seen_half_written(
         assert seen == {8 << 20}, sorted(seen)[:5]
     finally:
         opened.close()
+
+
+def test_the_ledger_keeps_only_the_lab_processes_still_running(lab, inventory, known_hosts,
+                                                               tmp_path):
+    # a sweep reuses one lab network for many cells: each cell's ranks are recorded for
+    # `clean`, and the ones that ended must leave the record, or it grows with every cell
+    from testbed.net.lab.network import RemoteNetwork
+    from testbed.net.ledger import Ledger, new_tag
+    from testbed.net.network import Node
+    opened = Lab.open(inventory, DCS, known_hosts, clock_samples=1)
+    ledger = Ledger(new_tag(), backend="remote", lab={"inventory": str(inventory)})
+    net = RemoteNetwork(topology=None, links=[], ledger=ledger, lab=opened)
+    try:
+        host = opened.hosts()[0]
+        node = Node(host.name, host.dc, "", host.ip, "")
+        with open(tmp_path / "out.log", "wb") as out:
+            for _ in range(3):  # three cells' ranks, each ended before the next starts
+                done = net.start(node, ["true"], {}, out)
+                assert done.wait(timeout=30) == 0
+            running = net.start(node, ["sleep", "60"], {}, out)
+            recorded = ledger.lab["processes"][host.name]
+            assert recorded == [[running.pid, running.start_ticks]]
+            assert net.procs == [running]
+            saved = json.loads(ledger.path.read_text())["lab"]["processes"][host.name]
+            assert saved == recorded
+            running.terminate()
+            running.wait(timeout=30)
+    finally:
+        for p in net.procs:
+            p.close()
+        net.close_connections()
+        opened.close()
+        ledger.remove_file()

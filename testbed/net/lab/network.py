@@ -183,11 +183,19 @@ class RemoteNetwork(Network):
         return proc
 
     def _record(self, proc: RemoteProcess) -> None:
-        """Keep ``proc`` for teardown, and in the ledger for ``clean`` after a SIGKILL."""
-        self.procs.append(proc)
+        """Keep ``proc`` for teardown, and in the ledger for ``clean`` after a SIGKILL. The
+        processes seen to have ended (earlier cells' ranks on a reused network) leave both:
+        a sweep's ledger holds what runs, not every process it ever started."""
+        for p in self.procs:
+            if p.returncode is not None:  # its exit and on_exit are done
+                p.close()
+        self.procs = [p for p in self.procs if p.returncode is None] + [proc]
         if self.ledger.lab and proc.pid is not None:
-            self.ledger.lab.setdefault("processes", {}).setdefault(proc.host.name, []).append(
-                [proc.pid, proc.start_ticks])
+            live = {(p.host.name, p.pid) for p in self.procs}
+            recorded = self.ledger.lab.setdefault("processes", {})
+            for host, entries in recorded.items():
+                entries[:] = [e for e in entries if (host, e[0]) in live]
+            recorded.setdefault(proc.host.name, []).append([proc.pid, proc.start_ticks])
             self.ledger.save()
 
     def fetch(self, host: LabHost, outputs: list[tuple[PurePath, Path]]) -> None:
