@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+from array import array
 import logging
 import os
 import threading
@@ -81,8 +82,10 @@ class WireSampler:
 
     def __init__(self, sources: dict[str, tuple[str, str]], period_s: float = SAMPLE_S):
         self.sources, self.period_s = sources, period_s
-        self.times: list[int] = []                 # monotonic ns of each sample
-        self.sent: dict[str, list[int]] = defaultdict(list)  # direction → tx_bytes per sample
+        # monotonic ns of each sample, and each direction's tx_bytes then (8 bytes a value:
+        # an hour's cell keeps 360,000 samples)
+        self.times = array("q")
+        self.sent: dict[str, array] = defaultdict(lambda: array("q"))
         self._fds: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
