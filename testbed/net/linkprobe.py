@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 import subprocess
 import sys
@@ -26,11 +27,12 @@ PING_COUNT = 40
 PING_INTERVAL_S = 0.01
 IPERF_SECONDS = 1.0
 # leave slow start out of the average: it lasts 10-20 round trips (cubic leaves it early on a
-# delay jump), so 25 are omitted (at least 1 s, at most 2 s: 2 s at 80 ms RTT). Not less than
-# 1 s: on a 500 Mbit/s link of 20 ms RTT the four flows' slow start overran the queue about
-# 0.7 s in (a thousand retransmissions), so a probe that began its average at 0.5 s read 437
-# Mbit/s; from 1 s it read 478, what TCP's payload can carry (1448 of every 1514 bytes the
-# shaper counts: 95.6 % of the configured rate), as a 6 s test did at 1 to 6 s.
+# delay jump), so 25 are omitted, in whole seconds (iperf3 reads -t and -O as integers: it
+# took "-O 0.5" for no omission at all), at least 1 s, at most 2 s (2 s from 80 ms RTT). On a
+# 500 Mbit/s link of 20 ms RTT the four flows' slow start overran the queue about 0.7 s in (a
+# thousand retransmissions), so a probe that omitted nothing read 437 Mbit/s; omitting 1 s it
+# read 478, what TCP's payload can carry (1448 of every 1514 bytes the shaper counts: 95.6 %
+# of the configured rate), as a 6 s test did over seconds 1 to 6.
 IPERF_OMIT_RTTS = 25
 IPERF_OMIT_MIN_S, IPERF_OMIT_MAX_S = 1.0, 2.0
 IPERF_OMIT_S = 1.0      # for callers that do not say
@@ -89,9 +91,11 @@ def rtt(net: Network, src: Node, dst: Node, count: int = PING_COUNT,
     return statistics.median(samples), percentile(samples, 99)
 
 
-def omit_s(rtt_ms: float) -> float:
-    """Seconds of an iperf3 test to leave out at a round trip of ``rtt_ms`` (slow start)."""
-    return min(IPERF_OMIT_MAX_S, max(IPERF_OMIT_MIN_S, IPERF_OMIT_RTTS * rtt_ms / 1000))
+def omit_s(rtt_ms: float) -> int:
+    """Whole seconds of an iperf3 test to leave out at a round trip of ``rtt_ms`` (slow
+    start)."""
+    return int(min(IPERF_OMIT_MAX_S, max(IPERF_OMIT_MIN_S,
+                                         math.ceil(IPERF_OMIT_RTTS * rtt_ms / 1000))))
 
 
 def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECONDS,
@@ -108,7 +112,8 @@ def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECOND
                                 "-t", f"{seconds:g}", "-O", f"{omit:g}",
                                 "-P", str(streams)],
                           check=False, timeout=seconds + 60, watch=watch)
-            if res.returncode == 0 or "Connection refused" not in res.stdout:
+            # iperf3 -J exits 0 even when it could not connect: its JSON says so
+            if "Connection refused" not in res.stdout:
                 break
         data = json.loads(res.stdout)
         if "error" in data:
