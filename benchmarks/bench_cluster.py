@@ -29,13 +29,13 @@ What the machines' underlay adds (RTT, TCP rate) is printed from the rows.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -169,14 +169,8 @@ def share_objects(tags: set[str], lab: StandInLab) -> list[str]:
 
 def _spread_of(owner: int) -> dict | None:
     """The controller's ledger of a run by ``owner``, once it names its machines' shares."""
-    for path in ledgers.LEDGER_DIR.glob("tb*.json"):
-        try:
-            led = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if led.get("owner_pid") == owner and led.get("machines"):
-            return led
-    return None
+    return next((asdict(led) for led in ledgers.recorded(include_live=True)
+                 if led.owner_pid == owner and led.machines), None)
 
 
 def kill_check(exp: Path, out: Path, lab: StandInLab) -> list[dict]:

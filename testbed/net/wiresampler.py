@@ -87,6 +87,9 @@ class WireSampler:
         self.times = array("q")
         self.sent: dict[str, array] = defaultdict(lambda: array("q"))
         self._fds: dict[str, int] = {}
+        self._ifaces: dict[str, set[str]] = defaultdict(set)  # namespace → its sampled ones
+        for ns, iface in sources.values():
+            self._ifaces[ns].add(iface)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -124,10 +127,11 @@ class WireSampler:
         if not self._fds:
             return
         now = time.monotonic_ns()
-        read = {ns: os.pread(fd, 1 << 16, 0).decode() for ns, fd in self._fds.items()}
+        read = {ns: tx_bytes(os.pread(fd, 1 << 16, 0).decode(), self._ifaces[ns])
+                for ns, fd in self._fds.items()}
         counts = {}
         for key, (ns, iface) in self.sources.items():
-            value = tx_bytes(read[ns], {iface}).get(iface)
+            value = read[ns].get(iface)
             if value is None:
                 return  # an interface gone mid-cell: drop the sample
             counts[key] = value

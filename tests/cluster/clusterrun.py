@@ -3,12 +3,12 @@ over SSH or under a stand-in Slurm (only its backend section differs), and what 
 network's shares afterwards."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -114,12 +114,8 @@ def wait_for_workers(is_ours, machine_namespaces: list[str], timeout_s: float = 
     their shares and workers run in them."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for path in ledgers.LEDGER_DIR.glob("tb*.json"):
-            try:
-                led = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if led.get("machines") and is_ours(led) and len(agents(led)) == 2 and any(
+        for led in map(asdict, ledgers.recorded(include_live=True)):
+            if led["machines"] and is_ours(led) and len(agents(led)) == 2 and any(
                     "testbed.train" in p
                     for p in leftovers(spread_tags(led), machine_namespaces)):
                 return led

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -23,14 +24,8 @@ WAIT_S = 120.0
 
 
 def _ledger_of(pid: int) -> dict | None:
-    for path in ledgers.LEDGER_DIR.glob("tb*.json"):
-        try:
-            led = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if led.get("owner_pid") == pid:
-            return led
-    return None
+    return next((asdict(led) for led in ledgers.recorded(include_live=True)
+                 if led.owner_pid == pid), None)
 
 
 def _root_qdiscs(lab) -> list[str]:
