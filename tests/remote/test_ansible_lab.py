@@ -4,13 +4,13 @@ The stand-ins share this machine's filesystem, packages and init system, so only
 that touch nothing outside their own directory run for real: ``pyenv`` (a virtualenv with
 torch, from this machine's local wheel) into a temporary ``testbed_home``, on one host (on the
 others it would write the same directory), with ``testbed_pip_extra_args=--retries 0``, as on any
-lab without a route to the registry. ``deploy`` also stays in its directory, but its
-``pip install`` of testbed's dependencies needs the package registry, which the stand-in
-namespaces have no route to: it runs in check mode, on one host (the stand-ins share its
-directory; its copy of the package costs a few SSH round trips per file and host). ``common``
-(apt), ``nettune`` (/etc/sysctl.d), ``timesync`` (chrony, a service) and ``sshaccess`` (a
-user, sudoers, sshd_config) would change this machine itself: check mode on every host. A
-second real run must report no changes (idempotence).
+lab without a route to the registry. ``deploy`` also stays in its directory. Its ``pip install``
+of testbed's dependencies needs the package registry, which the stand-in namespaces have no
+route to, so it runs in check mode, and for real with ``--no-deps`` (the package alone; pip
+takes its build tools from this machine's local index), on one host (the stand-ins share its
+directory). ``common`` (apt), ``nettune`` (/etc/sysctl.d), ``timesync`` (chrony, a service) and
+``sshaccess`` (a user, sudoers, sshd_config) would change this machine itself: check mode on
+every host. A second real run must report no changes (idempotence).
 """
 from __future__ import annotations
 
@@ -31,8 +31,13 @@ CHECK_TAGS = "common,nettune,timesync,sshaccess"
 
 
 def playbook(inventory: Path, *args: str) -> subprocess.CompletedProcess:
+    """``ansible-playbook`` with its controller's temporary files in ``controller-tmp`` beside
+    the inventory."""
+    tmp = inventory.parent / "controller-tmp"
+    tmp.mkdir(exist_ok=True)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"), NO_COLOR="1",
-               ANSIBLE_FORCE_COLOR="0", ANSIBLE_LOCAL_TEMP=str(inventory.parent / "ansible-tmp"))
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_LOCAL_TEMP=str(inventory.parent / "ansible-tmp"),
+               TMPDIR=str(tmp))
     return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), "site.yml",
                            *args], cwd=ANSIBLE, capture_output=True, text=True, env=env,
                           timeout=900, check=False)
@@ -80,6 +85,29 @@ def test_system_roles_pass_in_check_mode_on_every_host(ansible_inventory):
     rows = recap(r.stdout)
     assert sorted(rows) == ["dc1-0", "dc1-1", "dc2-0", "dc2-1"]
     assert all(row["failed"] == 0 and row["unreachable"] == 0 for row in rows.values())
+
+
+def test_deploy_unpacks_and_installs_the_package_and_a_second_run_changes_nothing(
+        ansible_inventory, tmp_path):
+    home = tmp_path / "testbed-home"
+    args = ("--tags", "deploy", "--limit", "dc1-0", "-e", f"testbed_home={home}",
+            "-e", "testbed_pip_extra_args='--no-deps --retries 0'")
+    first = playbook(ansible_inventory, *args)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    assert recap(first.stdout)["dc1-0"]["changed"] > 0
+    shipped = {p.relative_to(ANSIBLE.parent) for p in (ANSIBLE.parent / "testbed").rglob("*.py")}
+    unpacked = {p.relative_to(home / "src") for p in (home / "src" / "testbed").rglob("*.py")}
+    assert unpacked == shipped
+    assert not list((home / "src").rglob("__pycache__")), "bytecode travelled with the package"
+    out = subprocess.run([str(home / ".venv" / "bin" / "python"), "-c",
+                          "import testbed, sys; print(testbed.__file__)"],
+                         capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert out.returncode == 0 and "site-packages" in out.stdout, out.stdout + out.stderr
+    second = playbook(ansible_inventory, *args)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    assert recap(second.stdout)["dc1-0"]["changed"] == 0, second.stdout[-3000:]
+    # the package's tar file was made in the controller's temporary directory and removed
+    assert not list((ansible_inventory.parent / "controller-tmp").glob("testbed-deploy-*"))
 
 
 def test_deploy_passes_in_check_mode(ansible_inventory, tmp_path):
