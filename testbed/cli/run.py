@@ -44,10 +44,6 @@ def add_subcommands(sub) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from testbed.report.console import print_results
-    from testbed.report.report import axis_tables, build_report, results_table
-    from testbed.runner.run import Interrupted, RunOptions, run_experiment
-
     console = Console(width=None if sys.stdout.isatty() else 120)  # CI logs: no squeezing
     if args.dry_run:
         le = load_experiment(args.experiment)
@@ -56,15 +52,21 @@ def _run(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise MachineError("`run` needs root (namespaces, tc, iptables)",
                            "run it as root, e.g. sudo .venv/bin/python -m testbed run …")
+    le = load_experiment(args.experiment)  # a bad file is refused before the heavy imports
+    from testbed.runner.run import Interrupted, RunOptions, run_experiment
+
     opts = RunOptions(results=args.results, resume=args.resume, only=args.only, quiet=args.quiet,
                       cold=args.cold)
     try:
-        code, store = run_experiment(args.experiment, opts, console)
+        code, store = run_experiment(le, opts, console)
     except Interrupted as e:
         console.print(f"stopped by {e}; finished rows are kept. Continue with: "
                       f"--resume <run dir>")
         return 130
     if store.rows:
+        from testbed.report.console import print_results
+        from testbed.report.report import axis_tables, build_report, results_table
+
         try:
             build_report(store.root)
         finally:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from scipy.stats import binom
+from scipy.special import bdtr  # the binomial CDF (scipy.stats takes seconds to import)
 
 from testbed.cell.celldir import CellDir
 from testbed.runner.store import cell_path
@@ -35,7 +35,7 @@ def median_ci(values: list[float], level: float = LEVEL) -> tuple[float, float |
         raise ValueError("no values")
     median = float(pd.Series(v).median())
     k = 0
-    while k + 1 <= n // 2 and 2 * binom.cdf(k, n, 0.5) <= 1 - level:
+    while k + 1 <= n // 2 and 2 * bdtr(k, n, 0.5) <= 1 - level:
         k += 1
     if k == 0:
         return median, None, None

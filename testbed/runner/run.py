@@ -29,7 +29,7 @@ from testbed.plan import CellPlan, emulation_problems, plan_all
 from testbed.runner.cell import CellRunner
 from testbed.runner.control import run_controls
 from testbed.runner.store import RunStore
-from testbed.spec import Cell, LoadedExperiment, load_experiment
+from testbed.spec import Cell, LoadedExperiment
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +130,9 @@ def _run_log(handler: logging.Handler) -> Iterator[None]:
         handler.close()
 
 
-def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int, RunStore]:
-    """Run (or resume) an experiment; returns (exit code, store).
+def run_experiment(le: LoadedExperiment, opts: RunOptions,
+                   console: Console) -> tuple[int, RunStore]:
+    """Run (or resume) a loaded experiment; returns (exit code, store).
 
     Exit code 0 when every row is ok, 1 when some cell failed. Raises SpecError for bad input
     (including cells that cannot be planned: nothing is built then), MachineError when the
@@ -139,7 +140,6 @@ def run_experiment(path: Path, opts: RunOptions, console: Console) -> tuple[int,
     sweep, 1 during it: the sweep stops, the network is torn down, rows written stay),
     Interrupted when stopped by a signal.
     """
-    le = load_experiment(path)
     plans = plan_all(le, select_cells(le, opts.only))
     exp = le.experiment
     too_big = emulation_problems(le, plans, backend_class(exp.backend).max_hosts_per_dc)
