@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import umlkernel
+from cpulog import cpu_logged
 from machineshare import machine_share
 from startorder import in_start_order
 from testbed.probe import kernel_has_netem
@@ -145,10 +146,11 @@ def pytest_unconfigure(config):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     directory = getattr(item.config, "workerinput", {}).get(_SHARE_DIR)
-    if directory is None:
-        return (yield)
-    with machine_share(Path(directory), alone=item.get_closest_marker("alone") is not None):
-        return (yield)
+    with cpu_logged(item.nodeid):  # only with TESTBED_TEST_CPU_LOG set (tests/cpulog.py)
+        if directory is None:
+            return (yield)
+        with machine_share(Path(directory), alone=item.get_closest_marker("alone") is not None):
+            return (yield)
 
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection: boot only for what will run

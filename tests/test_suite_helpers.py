@@ -1,5 +1,6 @@
 """The suite's own helpers for running tests side by side: the start order under pytest-xdist
-(tests/startorder.py) and the stand-in networks' octets (tests/octets.py)."""
+(tests/startorder.py), the stand-in networks' octets (tests/octets.py) and the per-test CPU record
+(tests/cpulog.py)."""
 from __future__ import annotations
 
 import os
@@ -56,3 +57,24 @@ def test_two_stand_in_networks_never_get_the_same_octet_until_one_releases_it():
     finally:
         first.release()
         second.release()
+
+
+def test_the_cpu_log_counts_a_tests_children(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from cpulog import ENV, cpu_logged, records
+    monkeypatch.setenv(ENV, str(tmp_path))
+    with cpu_logged("x.py::burns"):
+        subprocess.run([sys.executable, "-c",
+                        "import time\nt = time.process_time()\n"
+                        "while time.process_time() - t < 0.5: pass"], check=True)
+    with cpu_logged("x.py::sleeps"):
+        subprocess.run([sys.executable, "-c", "import time; time.sleep(0.5)"], check=True)
+    burns, sleeps = records(tmp_path)
+    assert burns["id"] == "x.py::burns" and burns["children_cpu_s"] >= 0.5
+    assert sleeps["wall_s"] >= 0.5 and sleeps["children_cpu_s"] < 0.3
+    monkeypatch.delenv(ENV)
+    with cpu_logged("x.py::unlogged"):
+        pass
+    assert len(records(tmp_path)) == 2
