@@ -101,7 +101,10 @@ def omit_s(rtt_ms: float) -> int:
 def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECONDS,
                streams: int = 1, omit: float = IPERF_OMIT_S, watch: Watch = None) -> float:
     """TCP payload throughput src → dst in Mbit/s (iperf3 with ``streams`` connections, the
-    first ``omit`` seconds, slow start, left out)."""
+    first ``omit`` seconds, slow start, left out). ``seconds`` and ``omit`` are whole seconds:
+    iperf3 reads -t and -O as integers, so "-O 0.5" would silently omit nothing."""
+    if not (float(seconds).is_integer() and float(omit).is_integer()):
+        raise ValueError(f"iperf3 takes whole seconds: -t {seconds:g} -O {omit:g}")
     server = net.popen(dst, ["iperf3", "-s", "-1", "-p", str(IPERF_PORT)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -109,7 +112,7 @@ def throughput(net: Network, src: Node, dst: Node, seconds: float = IPERF_SECOND
         for _ in range(IPERF_CONNECT_TRIES):  # the server needs a moment to listen
             time.sleep(IPERF_CONNECT_WAIT_S)
             res = net.run(src, ["iperf3", "-c", str(dst.ip), "-p", str(IPERF_PORT), "-J",
-                                "-t", f"{seconds:g}", "-O", f"{omit:g}",
+                                "-t", str(int(seconds)), "-O", str(int(omit)),
                                 "-P", str(streams)],
                           check=False, timeout=seconds + 60, watch=watch)
             # iperf3 -J exits 0 even when it could not connect: its JSON says so

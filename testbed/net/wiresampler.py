@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-from array import array
 import logging
 import os
 import threading
 import time
+from array import array
 from collections import defaultdict
 
 log = logging.getLogger(__name__)

@@ -38,3 +38,8 @@ def test_the_probe_waits_for_an_iperf3_server_that_listens_late():
 def test_omission_is_whole_seconds_iperf3_can_read():
     # iperf3 parses -O as an integer: "-O 0.5" omitted nothing
     assert [omit_s(rtt) for rtt in (0.1, 20, 40, 41, 80, 300)] == [1, 1, 1, 2, 2, 2]
+
+
+def test_a_fraction_of_a_second_is_refused_before_iperf3_runs():
+    with pytest.raises(ValueError, match="whole seconds"):
+        throughput(None, None, None, seconds=1, omit=0.5)

@@ -12,7 +12,10 @@ from testbed.errors import SpecError
 from testbed.net.lab import ssh
 from testbed.net.lab.inventory import load_inventory
 from testbed.net.lab.lab import Lab, local_versions
+from testbed.net.lab.network import RemoteNetwork
 from testbed.net.lab.process import FETCH_FAILED, RemoteProcess
+from testbed.net.ledger import Ledger, new_tag
+from testbed.net.network import Node
 
 pytestmark = [pytest.mark.root, pytest.mark.remote]
 DCS = ["dc1", "dc2"]
@@ -151,9 +154,6 @@ def test_the_ledger_keeps_only_the_lab_processes_still_running(lab, inventory, k
                                                                tmp_path):
     # a sweep reuses one lab network for many cells: each cell's ranks are recorded for
     # `clean`, and the ones that ended must leave the record, or it grows with every cell
-    from testbed.net.lab.network import RemoteNetwork
-    from testbed.net.ledger import Ledger, new_tag
-    from testbed.net.network import Node
     opened = Lab.open(inventory, DCS, known_hosts, clock_samples=1)
     ledger = Ledger(new_tag(), backend="remote", lab={"inventory": str(inventory)})
     net = RemoteNetwork(topology=None, links=[], ledger=ledger, lab=opened)
