@@ -48,6 +48,7 @@ def test_sigkill_of_controller_and_agents_then_clean_leaves_nothing(machines, ma
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(write(exp, tmp_path)),
                              "--results", str(tmp_path / "results"), "--quiet"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    spread = None
     try:
         spread = wait_for_workers(lambda led: led["owner_pid"] == proc.pid, machine_ns(machines))
         kill_controller_and_agents(spread)
@@ -57,7 +58,9 @@ def test_sigkill_of_controller_and_agents_then_clean_leaves_nothing(machines, ma
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-        res = subprocess.run([sys.executable, "-m", "testbed", "clean"], cwd=ROOT,
+        # this run's network only: a bare clean would also take other tests' kept networks
+        own = ["--tag", spread["tag"]] if spread else []
+        res = subprocess.run([sys.executable, "-m", "testbed", "clean", *own], cwd=ROOT,
                              capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert not leftovers(spread_tags(spread), machine_ns(machines))

@@ -57,6 +57,7 @@ def test_sigkill_then_clean_in_a_new_allocation_leaves_nothing(slurm_nodes, tmp_
                              "--results", str(tmp_path / "results"), "--quiet"], cwd=ROOT,
                             env=slurm_nodes.env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
+    spread = None
     try:
         spread = wait_for_workers(lambda led: "slurm_job" in led["machines"],
                                   node_ns(slurm_nodes))
@@ -67,7 +68,9 @@ def test_sigkill_then_clean_in_a_new_allocation_leaves_nothing(slurm_nodes, tmp_
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
-        res = subprocess.run([*SALLOC, sys.executable, "-m", "testbed", "clean"], cwd=ROOT,
+        # this run's network only: a bare clean would also take other tests' kept networks
+        own = ["--tag", spread["tag"]] if spread else []
+        res = subprocess.run([*SALLOC, sys.executable, "-m", "testbed", "clean", *own], cwd=ROOT,
                              env=slurm_nodes.env(), capture_output=True, text=True,
                              timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -101,13 +101,14 @@ def test_clean_after_sigkill_removes_namespaces_processes_and_ledger(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert _tagged(tag), "SIGKILL leaves the network behind: that is what clean is for"
-    report = ledgers.clean()
+    report = ledgers.clean(tag=tag)  # a bare clean would also take other tests' kept networks
     assert tag in report.removed
     assert _tagged(tag) == [] and not (ledgers.LEDGER_DIR / f"{tag}.json").exists()
     time.sleep(0.1)
     assert not [p for p in pids if ledgers.pid_alive(p)]
 
 
+@pytest.mark.alone  # a bare clean removes every unowned network: other tests' kept ones too
 def test_clean_keeps_live_runs_and_untagged_namespaces(netns_list):
     subprocess.run(["ip", "netns", "add", "tbkeepme"], check=True)
     net = _build("two-dc.yaml")

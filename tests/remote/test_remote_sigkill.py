@@ -69,7 +69,9 @@ def test_sigkill_of_the_controller_then_clean_leaves_nothing_on_the_lab_hosts(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-        res = subprocess.run([sys.executable, "-m", "testbed", "clean"], cwd=ROOT,
+        # this run's network only: a bare clean would also take other tests' kept networks
+        own = ["--tag", led["tag"]] if led else []
+        res = subprocess.run([sys.executable, "-m", "testbed", "clean", *own], cwd=ROOT,
                              capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     for h in lab.hosts:
