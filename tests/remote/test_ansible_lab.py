@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,22 +88,44 @@ def test_system_roles_pass_in_check_mode_on_every_host(ansible_inventory):
     assert all(row["failed"] == 0 and row["unreachable"] == 0 for row in rows.values())
 
 
+def _package_with_a_module_deleted_since(tmp_path: Path) -> Path:
+    """A copy of this checkout's package with one more module: the version before an upgrade
+    that deleted it."""
+    old = tmp_path / "old-checkout"
+    shutil.copytree(ANSIBLE.parent / "testbed", old / "testbed",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ANSIBLE.parent / name, old / name)
+    (old / "testbed" / "deleted_since.py").write_text("GONE = True\n")
+    return old
+
+
 def test_deploy_unpacks_and_installs_the_package_and_a_second_run_changes_nothing(
         ansible_inventory, tmp_path):
     home = tmp_path / "testbed-home"
     args = ("--tags", "deploy", "--limit", "dc1-0", "-e", f"testbed_home={home}",
             "-e", "testbed_pip_extra_args='--no-deps --retries 0'")
-    first = playbook(ansible_inventory, *args)
+    python = str(home / ".venv" / "bin" / "python")
+
+    def imports(module: str) -> subprocess.CompletedProcess:
+        return subprocess.run([python, "-c", f"import {module}; print({module}.__file__)"],
+                              capture_output=True, text=True, cwd=tmp_path, check=False)
+
+    old = playbook(ansible_inventory, *args, "-e",
+                   f"deploy_src={_package_with_a_module_deleted_since(tmp_path)}")
+    assert old.returncode == 0, old.stdout[-3000:] + old.stderr[-2000:]
+    assert imports("testbed.deleted_since").returncode == 0, "no old version: no test"
+    first = playbook(ansible_inventory, *args)  # the upgrade to this checkout
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert recap(first.stdout)["dc1-0"]["changed"] > 0
     shipped = {p.relative_to(ANSIBLE.parent) for p in (ANSIBLE.parent / "testbed").rglob("*.py")}
     unpacked = {p.relative_to(home / "src") for p in (home / "src" / "testbed").rglob("*.py")}
     assert unpacked == shipped
+    assert not list((home / "src").rglob("deleted_since*")), "the deleted module was left"
     assert not list((home / "src").rglob("__pycache__")), "bytecode travelled with the package"
-    out = subprocess.run([str(home / ".venv" / "bin" / "python"), "-c",
-                          "import testbed, sys; print(testbed.__file__)"],
-                         capture_output=True, text=True, cwd=tmp_path, check=False)
+    out = imports("testbed")
     assert out.returncode == 0 and "site-packages" in out.stdout, out.stdout + out.stderr
+    assert imports("testbed.deleted_since").returncode != 0, "the deleted module is installed"
     second = playbook(ansible_inventory, *args)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
     assert recap(second.stdout)["dc1-0"]["changed"] == 0, second.stdout[-3000:]
