@@ -69,7 +69,8 @@ def test_more_processes_on_one_machine_than_one_ssh_connection_carries(machines,
         # long enough to outlast starting all 24 on a busy machine: with 60 s, one had ended
         # by the check in a run where the test took 99 s (the network stops them all)
         procs = [net.popen(host, ["sleep", "900"]) for _ in range(24)]
-        assert all(p.pid is not None and p.poll() is None for p in procs)
+        assert all(p.pid is not None and p.poll() is None for p in procs), \
+            [(p.pid, p.poll()) for p in procs]
         assert len({p.pid for p in procs}) == 24
 
 
