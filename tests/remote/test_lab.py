@@ -8,11 +8,12 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from testbed.errors import SpecError
+from testbed.errors import CommandError, SpecError
 from testbed.net.lab import ssh
 from testbed.net.lab.inventory import load_inventory
 from testbed.net.lab.lab import Lab, local_versions
 from testbed.net.lab.network import RemoteNetwork
+from testbed.net.lab import process
 from testbed.net.lab.process import FETCH_FAILED, RemoteProcess
 from testbed.net.ledger import Ledger, new_tag
 from testbed.net.network import Node
@@ -108,6 +109,23 @@ def test_a_failed_trace_fetch_fails_the_rank_and_says_why(lab, inventory, known_
             assert proc.wait(timeout=30) == FETCH_FAILED  # `true` itself exited 0
         log = (tmp_path / "rank0.log").read_text()
         assert f"fetching what the process left on {host.name} failed" in log
+    finally:
+        opened.close()
+
+
+def test_a_process_whose_pid_never_comes_fails_to_start_and_says_so(lab, inventory, known_hosts,
+                                                                    monkeypatch):
+    # a host too loaded to run the shell's first line within the deadline: the deadline made
+    # shorter than any start can be (the process would be neither signalled nor in the ledger)
+    monkeypatch.setattr(process, "PID_TIMEOUT_S", 1e-6)
+    opened = Lab.open(inventory, DCS, known_hosts, clock_samples=1)
+    try:
+        host = opened.hosts()[0]
+        with pytest.raises(CommandError, match="reported no pid within"):
+            RemoteProcess(opened.conns[host.name], host, ["true"])
+        monkeypatch.setattr(process, "PID_TIMEOUT_S", 120.0)  # the connection still serves
+        proc = RemoteProcess(opened.conns[host.name], host, ["true"])
+        assert proc.pid is not None and proc.wait(timeout=30) == 0
     finally:
         opened.close()
 

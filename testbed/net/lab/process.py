@@ -27,7 +27,10 @@ from testbed.net.lab.inventory import LabHost
 
 log = logging.getLogger(__name__)
 
-PID_TIMEOUT_S = 20.0
+# The remote shell prints its pid first thing; on a loaded host that took seconds (24 processes
+# started one after another beside a busy test suite: up to 3.7 s each). Without it the process
+# could be neither signalled nor recorded for ``clean``, so starting it fails after this long.
+PID_TIMEOUT_S = 120.0
 POLL_S = 0.02
 # The exit status reported for a process that succeeded but whose results (its trace) could not
 # be fetched: the cell fails instead of losing a rank quietly.
@@ -61,7 +64,10 @@ class RemoteProcess:
         self._reader = threading.Thread(target=self._pump, daemon=True,
                                         name=f"ssh-out-{host.name}")
         self._reader.start()
-        self._pid_seen.wait(PID_TIMEOUT_S)
+        if not self._pid_seen.wait(PID_TIMEOUT_S):
+            self._chan.close()
+            raise CommandError(self.argv, -1, f"the host's shell reported no pid within "
+                               f"{PID_TIMEOUT_S:g} s of starting the process", host.name)
 
     def _pump(self) -> None:
         """Copy the channel's output into the local file; the first line is the pid."""
