@@ -9,11 +9,10 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from testbed.errors import CommandError, SpecError
-from testbed.net.lab import ssh
+from testbed.net.lab import process, ssh
 from testbed.net.lab.inventory import load_inventory
 from testbed.net.lab.lab import Lab, local_versions
 from testbed.net.lab.network import RemoteNetwork
-from testbed.net.lab import process
 from testbed.net.lab.process import FETCH_FAILED, RemoteProcess
 from testbed.net.ledger import Ledger, new_tag
 from testbed.net.network import Node

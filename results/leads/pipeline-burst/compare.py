@@ -48,6 +48,8 @@ SETS = [  # (what, experiment file, measured rows)
     ("atlas-example (2026-11-23)", ROOT / "experiments/atlas.yaml",
      measured(ROOT / "results/atlas-example/results.csv")),
 ]
+print("# Pipeline messages and the shaper's burst: measured iteration times against the "
+      "simulator as it is and with the burst (written by compare.py)")
 for what, exp, rows in SETS:
     now, burst = predictions(exp, False), predictions(exp, True)
     print(f"\n## {what}\n\n| cell | measured s | gap now % | gap with burst % |\n|---|---|---|---|")

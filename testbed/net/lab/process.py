@@ -27,9 +27,9 @@ from testbed.net.lab.inventory import LabHost
 
 log = logging.getLogger(__name__)
 
-# The remote shell prints its pid first thing; on a loaded host that took seconds (24 processes
-# started one after another beside a busy test suite: up to 3.7 s each). Without it the process
-# could be neither signalled nor recorded for ``clean``, so starting it fails after this long.
+# The remote shell prints its pid first thing; on a loaded host that can take seconds (starts
+# one after another beside a busy test suite). Without it the process could be neither
+# signalled nor recorded for ``clean``, so starting it fails after this long.
 PID_TIMEOUT_S = 120.0
 POLL_S = 0.02
 # The exit status reported for a process that succeeded but whose results (its trace) could not
