@@ -64,14 +64,32 @@ def test_more_processes_on_one_machine_than_one_ssh_connection_carries(machines,
                                                                         tmp_path):
     """sshd allows 10 channels per connection (MaxSessions): 24 processes at once in one
     machine's namespaces, as 16 ranks and their delay lines are, each get a channel."""
-    with brought_up(experiment("cluster", machine_files), tmp_path) as (net, _):
+    with brought_up(experiment("cluster", machine_files), tmp_path) as (net, _), \
+            ExitStack() as stack:
         host = net.host("dc1", 0)
         # long enough to outlast starting all 24 on a busy machine: with 60 s, one had ended
         # by the check in a run where the test took 99 s (the network stops them all)
-        procs = [net.popen(host, ["sleep", "900"]) for _ in range(24)]
-        assert all(p.pid is not None and p.poll() is None for p in procs), \
-            [(p.pid, p.poll()) for p in procs]
+        outs = [stack.enter_context(open(tmp_path / f"sleep{i}.out", "wb")) for i in range(24)]
+        procs = [net.popen(host, ["sleep", "900"], stdout=out) for out in outs]
+        bad = [i for i, p in enumerate(procs) if p.pid is None or p.poll() is not None]
+        assert not bad, _why_ended(machines, net.spread.machine(host), procs, bad, tmp_path)
         assert len({p.pid for p in procs}) == 24
+
+
+def _why_ended(machines, machine: str, procs: list, bad: list[int], tmp_path: Path) -> str:
+    """What is known of processes that have no pid or have ended: their exit, their output,
+    what their pid is now on this box (the stand-in machines share its pid namespace) and the
+    end of the machine's sshd log."""
+    lines = []
+    for i in bad:
+        p = procs[i]
+        now = Path(f"/proc/{p.pid}/cmdline")
+        now = repr(now.read_bytes()[:100]) if p.pid and now.exists() else "free"
+        lines.append(f"process {i}: pid {p.pid}, exit {p.returncode}, output "
+                     f"{(tmp_path / f'sleep{i}.out').read_bytes()[:300]!r}, pid now {now}")
+    log = next(machines.workdir.glob(f"*-{machine}/sshd.log"), None)
+    tail = log.read_text(errors="replace")[-3000:] if log else "(no sshd log)"
+    return "\n".join(lines) + f"\nsshd log of {machine}:\n{tail}"
 
 
 def test_several_links_per_machine_are_shaped_and_read_back_together(machines, machine_files,
