@@ -48,8 +48,11 @@ TCP_WINDOW_PER_BUFFER = 0.75
 # refill the bucket gets that many bytes through at once. The all-reduce's ring steps do (each
 # waits one delay for its receive-ready notification); measured on a ring of 3 over 10 ms,
 # 200 Mbit/s links: 0.71 MB steps took 42.7 ms, against 44.6 ms modelled with the burst and
-# 49.6 ms without (tests/train/test_low_communication.py's cell). Pipeline messages are
-# calibrated without it (docs/simulator.md).
+# 49.6 ms without (tests/train/test_low_communication.py's cell). Pipeline messages do too:
+# one sent after 100 ms of idle to a receive posted before, 262 KB at 100 Mbit/s took 9.64 ms
+# against 10.96 ms with the burst and 21.93 ms without, 1 MiB at 219 Mbit/s 35.05 ms against
+# 35.04 and 40.05 (results/leads/pipeline-burst/drain-posted.txt). A path whose rate is a TCP
+# window's cap gets none (testbed.sim.paths).
 SHAPER_BURST_S = 0.001
 SHAPER_BURST_MIN_BYTES = 2 * 65536
 

@@ -137,7 +137,8 @@ class Collectives:
             else quantum_bytes(path, total, sent)
         hops = path.hops + (f"dp {src}->{dst}",)
         start = max([t] + [self.hop_free[h] for h in hops])
-        left = start + path.serialization_s(max(0.0, quantum - self._burst(path, start)))
+        left = start + path.serialization_s(max(0.0, quantum - path.burst_at(start,
+                                                                             self.hop_free)))
         for h in hops:
             self.hop_free[h] = left
         if sent + quantum < total:
@@ -155,14 +156,6 @@ class Collectives:
         shaped hop, and one stage of ``src`` all-reduces over its connection (its steps follow
         one another). Then its quanta would go back to back: it is sent whole, the same."""
         return not path.hops and len(self.stages_of(src)) <= 1
-
-    def _burst(self, path: Path, start: float) -> float:
-        """Bytes the shaper's token bucket lets through at once at ``start``: refilled at the
-        rate since the shaped hops were last busy, up to its depth (calibration)."""
-        if path.rate_bps is None or not path.hops:
-            return 0.0
-        idle = start - max(self.hop_free[h] for h in path.hops)
-        return min(C.shaper_burst_bytes(path.rate_bps), idle * path.rate_bps / 8)
 
     def _try_finish(self, stage: int, rank: int, i: int) -> None:
         key = (stage, rank, i)

@@ -20,8 +20,9 @@ Model, per iteration (all ranks start together, as after the executor's barrier)
   (``testbed.sim.collective``). ``workload.wan_sharing: temporal`` staggers the replicas'
   starts (``start_offsets``, ``testbed.plan.sharing``). A transfer starts when every hop of its
   path is free and its receive is known to be posted, occupies them for bytes × 8 / the
-  bottleneck rate, and arrives one propagation delay (the sum over hops) and
-  ``MESSAGE_LATENCY_S`` of software later. Unshaped paths move ``UNSHAPED_BYTES_PER_S``;
+  bottleneck rate, less what the shaper's token bucket, refilled while the hops were idle,
+  passes at once (``Path.burst_at``), and arrives one propagation delay (the sum over hops)
+  and ``MESSAGE_LATENCY_S`` of software later. Unshaped paths move ``UNSHAPED_BYTES_PER_S``;
 - a RECV blocks until its message has arrived; the blocked time is exposed communication;
 - after its last action a rank waits for its sends to leave (SEND_WAIT), then, with dp > 1,
   for its stages' data-parallel all-reduces (ALLREDUCE_WAIT, exposed communication). A
@@ -31,8 +32,7 @@ Model, per iteration (all ranks start together, as after the executor's barrier)
   pipeline's (``testbed.sim.collective``).
 
 Not modelled: TCP slow start and congestion control, packet loss and retransmission, jitter,
-time-varying link steps, CPU contention between ranks, barrier skew.
-"""
+time-varying link steps, CPU contention between ranks, barrier skew."""
 from __future__ import annotations
 
 import gc
@@ -72,8 +72,7 @@ class _Run:
               "compute" if dur is not None else "comm" if peer is not None else "wait")
              for a, k, dur, *_, peer in acts] for acts in self.compiled], self.gap)
         self.collectives = Collectives(inp, self.push, self.hop_free, self.spans)
-        # src × world + dst → ``_connect``'s path, FIFO hops, whether they are shared, and a
-        # message's serialization
+        # src × world + dst → ``_connect``'s (path, FIFO hops, shared?, serialization)
         self.conn: dict[int, tuple[Path, tuple[str, ...], bool, float]] = {}
         self.start_ar = inp.overlap and not inp.at_start  # all-reduces at the last backward
         self.step_fn = self._step  # one bound method for every step event
@@ -224,8 +223,7 @@ class _Run:
         return conn
 
     def _send_own(self, r: int, t: float, key: int, conn: tuple) -> None:
-        """``_send`` on a connection no other sender touches (``conn[2]`` false): its one hop
-        is the pair's connection, free once r's previous message on it has left."""
+        """``_send`` on a connection no other sender touches (``conn[2]`` false, no burst)."""
         path, (hop,), _, ser = conn
         start, known, free = t, self.messages.known[key], self.hop_free[hop]
         if known > start:
@@ -240,8 +238,7 @@ class _Run:
             self.push(*self._wake(key))
 
     def _send(self, r: int, t: float, key: int, dst: int, conn: tuple) -> None:
-        """Rank ``r`` sends message ``key`` (its global number) to the global rank ``dst``
-        along ``conn`` (``_connect``)."""
+        """Rank ``r`` sends message ``key`` (global number) to global rank ``dst`` on ``conn``."""
         path, hops, _, ser = conn
         start = max(t, self.messages.known[key])
         hop_free = self.hop_free
@@ -252,6 +249,9 @@ class _Run:
             start, path = self.inp.transfer(TransferRequest(r, dst, self.messages.described(key), t,
                                                             start, self.inp.message_bytes))
             ser = path.serialization_s(self.inp.message_bytes)
+        elif path.burst_bytes:  # the shaper's bucket passes the first bytes at once
+            ser = path.serialization_s(max(0.0, self.inp.message_bytes
+                                           - path.burst_at(start, hop_free)))
         left = start + ser
         for h in hops:
             hop_free[h] = left

@@ -15,19 +15,31 @@ from testbed.sim import calibration as C
 @dataclass(frozen=True)
 class Path:
     """How bytes go from one rank to another: the shaped hops they occupy (each a FIFO),
-    the bottleneck rate (bit/s; None when nothing is shaped), the one-way delay (s) and the
-    bottleneck's queue limit (bytes; None when nothing is shaped)."""
+    the bottleneck rate (bit/s; None when nothing is shaped), the one-way delay (s), the
+    bottleneck's queue limit (bytes; None when nothing is shaped) and the depth of the
+    bottleneck shaper's token bucket (bytes; 0 when nothing is shaped, or when the rate is a
+    TCP window's cap rather than the shaper's: the bucket then never limits the transfer)."""
 
     hops: tuple[str, ...]
     rate_bps: float | None
     delay_s: float
     queue_bytes: int | None = None
+    burst_bytes: float = 0.0
 
     def serialization_s(self, nbytes: int) -> float:
         """Time the bytes occupy the path's bottleneck."""
         if self.rate_bps is None:
             return nbytes / C.UNSHAPED_BYTES_PER_S
         return nbytes * C.WIRE_BYTES_PER_PAYLOAD_BYTE * 8 / self.rate_bps
+
+    def burst_at(self, start: float, hop_free: dict[str, float]) -> float:
+        """Bytes the bottleneck's token bucket lets through at once for a transfer starting at
+        ``start``: refilled at the rate since the shaped hops were last busy (``hop_free``:
+        when each hop is free), up to its depth."""
+        if not self.burst_bytes:
+            return 0.0
+        idle = start - max(hop_free[h] for h in self.hops)
+        return min(self.burst_bytes, idle * self.rate_bps / 8)
 
 
 UNSHAPED = Path((), None, 0.0)

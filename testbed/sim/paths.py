@@ -40,7 +40,8 @@ def _combine(hops: list[Hop]) -> Path:
     shaped = [h for h in hops if h[1]]
     slowest = min(shaped, key=lambda h: h[1]) if shaped else None
     return Path(tuple(h[0] for h in shaped), slowest[1] if slowest else None,
-                sum(h[2] for h in hops), slowest[3] if slowest else None)
+                sum(h[2] for h in hops), slowest[3] if slowest else None,
+                C.shaper_burst_bytes(slowest[1]) if slowest else 0.0)
 
 
 class PathModel:
@@ -87,7 +88,8 @@ class PathModel:
         rtt = 2 * path.delay_s
         if rtt <= 0:
             return path
-        # a window-limited transfer occupies the path's FIFO at window / RTT
+        # a window-limited transfer occupies the path's FIFO at window / RTT; the shaper's
+        # token bucket, refilled faster than the window lets bytes out, never holds it back
         window_bps = self.window_bytes * 8 / rtt
         if path.rate_bps is not None and path.rate_bps <= window_bps:
             return path

@@ -64,9 +64,13 @@ def test_temporal_staggers_replicas_by_one_activation_on_the_shared_link(tmp_pat
 def test_fair_pipelines_queue_behind_each_other_temporal_ones_take_turns(tmp_path, dp):
     fair, temporal = _plan(tmp_path, "fair", dp), _plan(tmp_path, "temporal", dp)
     slot = temporal.start_offsets[temporal.experiment.workload.parallel.pp]
+    path = fair.paths.path(fair.slots[0], fair.slots[1])
+    burst_s = path.serialization_s(path.burst_bytes)  # what the idle link's bucket passes
     # fair: the replicas' first forward messages are sent together and queue on the link
-    # (first come, first served, as measured): the last one arrives dp slots after it left
-    assert max(got - sent for sent, got in _first_transfers(fair)) > dp * slot
+    # (first come, first served, as measured): the last one arrives dp slots after it left,
+    # less the first one's burst, plus the 10 ms delay
+    last = max(got - sent for sent, got in _first_transfers(fair))
+    assert last == pytest.approx(dp * slot - burst_s + 0.010, abs=0.002)
     # temporal: each replica's first message has the link to itself (its slot, the 10 ms
     # delay and the software latency)
     for sent, got in _first_transfers(temporal):
