@@ -162,3 +162,20 @@ def test_window_limited_paths_scale_with_connections():
     assert rates[4] == pytest.approx(4 * one, rel=0.01)
     big = net.topo.model_copy(update={"tcp_buffer_max_mb": 256})
     assert PathModel(big, net.links, 4).path(west, east).rate_bps == 1e9
+
+
+def test_only_a_shapers_rate_gives_a_burst():
+    """The token bucket of the 1 Gbit/s shaper holds two GSO packets (more than 1 ms of its
+    rate): a path it limits gets that burst; a path whose rate is a TCP window's cap gets none (the bucket refills faster
+    than the window lets bytes out)."""
+    from testbed.topology import Slot
+
+    cell = load_experiment(PROJECT_ROOT / "experiments" / "atlas.yaml").cells[0]
+    net = plan_cell(cell).paths
+    west, east = Slot(0, 0, 0, "west", 0), Slot(1, 1, 0, "east", 0)
+    assert net.path(west, east).burst_bytes == 0  # 0.25 MiB buffers at 40 ms: window-bound
+    big = net.topo.model_copy(update={"tcp_buffer_max_mb": 256})
+    shaped = PathModel(big, net.links, 1).path(west, east)
+    assert shaped.rate_bps == 1e9 and shaped.burst_bytes == 2 * 65536
+    # idle for 0.5 ms: refilled by 0.5 ms of the rate
+    assert shaped.burst_at(0.0015, {h: 0.001 for h in shaped.hops}) == pytest.approx(62500)
