@@ -8,13 +8,15 @@ With stages across DCs and dp > 1, every replica's pipeline crosses the same int
 - ``temporal`` (this project's design of Atlas's temporal sharing, whose paper publishes no
   algorithm): time division by staggered starts. Replica d starts its iteration d slots after
   replica 0, a slot being the time one activation occupies the busiest link direction that
-  several replicas cross (its serialization at that direction's rate). In a steady state in
-  which every pipeline sends one activation per slot-sized gap or less (dp × slot ≤ the
-  compute between two sends of a stage), the replicas' transfers then take turns on the link,
-  each at its whole rate, instead of all slowing down together; beyond that they queue. The
-  price is the (dp − 1) slots by which the last replica starts late. Other temporal policies
-  (a token per link direction, slots sized by the measured rate, priorities to the replica on
-  the critical path) are possible and would replace only ``start_offsets``.
+  several replicas cross (its serialization at that direction's rate, without the shaper's
+  burst: an activation that follows another replica's closely finds the bucket empty). In a
+  steady state in which every pipeline sends one activation per slot-sized gap or less
+  (dp × slot ≤ the compute between two sends of a stage), the replicas' transfers then take
+  turns on the link, each at its whole rate, instead of all slowing down together; beyond that
+  they queue. The price is the (dp − 1) slots by which the last replica starts late. Other
+  temporal policies (a token per link direction, slots sized by the measured rate, priorities
+  to the replica on the critical path) are possible and would replace only
+  ``start_offsets``.
 """
 from __future__ import annotations
 
