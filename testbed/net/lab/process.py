@@ -1,8 +1,9 @@
 """A process started on a lab host over SSH: a ``testbed.process.ProcessHandle`` (``poll``,
 ``wait``, ``terminate``, ``kill``, ``returncode``, ``pid``) like every other worker's.
 
-The remote command first prints its own pid and start time (``sh -c 'echo "$$ <field 22 of
-/proc/$$/stat>"; exec "$@"'``; exec keeps both), so terminate and kill signal exactly that
+The remote command first prints a marked line with its own pid and start time (``sh -c 'echo
+"testbed-pid $$ <field 22 of /proc/$$/stat>"; exec "$@"'``; exec keeps both), so terminate and
+kill signal exactly that
 process (``kill -TERM <pid>`` over a second channel), never by name, and ``clean`` can tell it
 from a later process given the same pid (``testbed.net.lab.clean``).
 Its output (stdout and stderr together) is streamed into a local file while it runs. An
@@ -36,8 +37,12 @@ POLL_S = 0.02
 # be fetched: the cell fails instead of losing a rank quietly.
 FETCH_FAILED = 70
 # $$ is the shell's pid and field 22 of its stat its start time (clock ticks since boot; the
-# name in field 2 is "(sh)", without spaces); exec keeps both for the program.
-PID_PREFIX = ["sh", "-c", 'echo "$$ $(cut -d" " -f22 /proc/$$/stat)"; exec "$@"', "sh"]
+# name in field 2 is "(sh)", without spaces); exec keeps both for the program. The line is
+# marked: the login shell sshd runs the command in may print first (a .bashrc's pyenv, racing
+# other shells over its shims, wrote "pyenv: cannot rehash: …" before it under load).
+PID_MARK = b"testbed-pid "
+PID_PREFIX = ["sh", "-c", 'echo "testbed-pid $$ $(cut -d" " -f22 /proc/$$/stat)"; exec "$@"',
+              "sh"]
 
 
 class RemoteProcess:
@@ -70,23 +75,24 @@ class RemoteProcess:
                                f"{PID_TIMEOUT_S:g} s of starting the process", host.name)
 
     def _pump(self) -> None:
-        """Copy the channel's output into the local file; the first line is the pid."""
+        """Copy the channel's output into the local file; the marked line is the pid (what the
+        login shell printed before it is kept as output)."""
         head = b""
         while True:
             data = self._chan.recv(65536)
             if not data:
                 break
-            if self.pid is None and not self._pid_seen.is_set():
+            if not self._pid_seen.is_set():
                 head += data
-                if b"\n" not in head:
+                before, mark, rest = head.partition(PID_MARK)
+                if not mark or b"\n" not in rest:
                     continue
-                first, data = head.split(b"\n", 1)
-                words = first.split()
+                line, after = rest.split(b"\n", 1)
+                words = line.split()
                 if words and all(w.isdigit() for w in words[:2]):
                     self.pid = int(words[0])
                     self.start_ticks = int(words[1]) if len(words) > 1 else None
-                else:
-                    data = head  # the command never started (cd failed…): keep the message
+                data, head = before + after, b""
                 self._pid_seen.set()
             if self._output is not None and data:
                 try:
