@@ -89,11 +89,15 @@ def test_an_unmodified_diloco_script_shows_its_syncs(tmp_path, sync):
     # the pseudo-gradients crossed the link: each replica sends its tensors' bytes at least
     # once per sync (a ring of 2), 3 syncs over 12 steps
     assert row["wan_bytes_per_step_measured"] >= 3 * nbytes / 12
-    # and per iteration (the router interfaces' counters, sampled): each sync step carries at
-    # least a replica's tensors each way, an inner step next to nothing: under 1 % of the
-    # least a sync step carried (a few KB cross in some inner steps, whose source is not
-    # known: 3479 bytes in one, against 712066 in a sync step, in a run beside the suite,
-    # results/suite/program-diloco-blocking-iterations.csv)
+    # and per iteration (the router interfaces' counters, sampled every 10 ms and split at the
+    # iterations' starts): each sync step carries at least a replica's tensors each way, an
+    # inner step next to nothing. The inner step just before a sync (3, 7, and 10 before the
+    # last sync, which ends no iteration) may get the sync's first bytes from the sample that
+    # straddles the boundary: 3479 and 10427 bytes in two runs beside the suite, against
+    # 712066 in a sync step (results/suite/program-diloco-blocking-iterations*.csv);
+    # under 5 % of the least a sync step carried. The others: nothing beyond stray frames.
     wan = dict(zip(series["iteration"], series["wan_bytes_measured"]))
     assert all(wan[it] >= 2 * nbytes for it in (4, 8)), wan
-    assert all(wan[it] < 0.01 * min(wan[4], wan[8]) for it in wan if it not in (4, 8)), wan
+    least = min(wan[4], wan[8])
+    assert all(wan[it] < 0.05 * least for it in (3, 7, 10)), wan
+    assert all(wan[it] < 0.01 * least for it in wan if it not in (3, 4, 7, 8, 10)), wan
