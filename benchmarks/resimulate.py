@@ -27,8 +27,10 @@ DEFAULT = ["atlas", "cba", "crosspipe", "hierarchical-unequal", "first"]
 
 def simulated(experiment: Path, out: Path) -> dict[str, float]:
     """cell_id → the simulator's iteration time for ``experiment`` now."""
-    subprocess.run([sys.executable, "-m", "testbed", "simulate", str(experiment), "--csv",
-                    str(out)], cwd=ROOT, check=True, capture_output=True)
+    res = subprocess.run([sys.executable, "-m", "testbed", "simulate", str(experiment), "--csv",
+                          str(out)], cwd=ROOT, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"simulate {experiment}: exit {res.returncode}\n{res.stderr[-2000:]}")
     rows = pd.read_csv(out)
     return dict(zip(rows["cell_id"], rows["predicted_iteration_time_s"]))
 

@@ -137,8 +137,8 @@ class Collectives:
             else quantum_bytes(path, total, sent)
         hops = path.hops + (f"dp {src}->{dst}",)
         start = max([t] + [self.hop_free[h] for h in hops])
-        left = start + path.serialization_s(max(0.0, quantum - path.burst_at(start,
-                                                                             self.hop_free)))
+        burst = path.burst_at(start, self.hop_free)
+        left = start + path.serialization_s(max(0.0, quantum - burst))
         for h in hops:
             self.hop_free[h] = left
         if sent + quantum < total:

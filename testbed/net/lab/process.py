@@ -3,9 +3,8 @@
 
 The remote command first prints a marked line with its own pid and start time (``sh -c 'echo
 "testbed-pid $$ <field 22 of /proc/$$/stat>"; exec "$@"'``; exec keeps both), so terminate and
-kill signal exactly that
-process (``kill -TERM <pid>`` over a second channel), never by name, and ``clean`` can tell it
-from a later process given the same pid (``testbed.net.lab.clean``).
+kill signal exactly that process (``kill -TERM <pid>`` over a second channel), never by name,
+and ``clean`` can tell it from a later process given the same pid (``testbed.net.lab.clean``).
 Its output (stdout and stderr together) is streamed into a local file while it runs. An
 ``on_exit`` hook runs once when the exit is first seen, before ``returncode`` is reported (the
 backend fetches the worker's trace there, so a watcher reading traces sees them).
