@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ import umlkernel
 from cpulog import cpu_logged
 from machineshare import machine_share
 from startorder import in_start_order
+from testbed.launch.pool import RankPool
 from testbed.probe import kernel_has_netem
 from testbed.sim import calibration
 
@@ -219,3 +221,15 @@ def no_overheads(monkeypatch):
                  "POST_RECV_S"):
         monkeypatch.setattr(calibration, name, 0.0)
     monkeypatch.setattr(calibration, "UNSHAPED_BYTES_PER_S", float("inf"))
+
+
+@pytest.fixture(scope="session")
+def rank_pool():
+    """One rank interpreter per test process (each pytest-xdist worker) for the tests that run
+    ranks over loopback (``run_local(..., pool=rank_pool)``): torch is imported once per worker
+    rather than once per test, as the runner's one serves every cell of a sweep. Its ranks get
+    only what ``worker_env`` gives them on top of the environment the worker had when it
+    started: a test that sets environment variables for its ranks uses a pool of its own."""
+    with RankPool(sys.executable) as pool:
+        pool.warm()
+        yield pool

@@ -20,7 +20,7 @@ from testbed.launch.command import (WORKER_MODULE, RankJob, program_argv, progra
                                     program_files, remote_argv, worker_args, worker_env)
 from testbed.launch.pool import RankPool
 from testbed.launch.supervise import start_logged, watch_workers
-from testbed.process import ProcessHandle, stop_process
+from testbed.process import ProcessHandle, stop_process, stop_processes
 from testbed.train.zygote import TORCH_EXECUTOR
 from testbed.schedule.ir import Schedule
 from testbed.spec import Workload
@@ -46,34 +46,37 @@ def write_cell(w: Workload, out: Path, schedule: Schedule | None = None) -> Path
 
 
 def run_local(w: Workload, out: Path, timeout_s: float = 300, extra: list[str] = (),
-              schedule: Schedule | None = None) -> None:
+              schedule: Schedule | None = None, pool: RankPool | None = None) -> None:
     """Start every rank, wait for all; raises WorkerError (with the failing rank's last log
     line) on failure or timeout. No process outlives the call.
 
     The ranks are forks of one rank interpreter (``RankPool``, as the runner starts them), so
-    torch is imported once per call rather than once per rank."""
+    torch is imported once per call rather than once per rank: the call's own, or ``pool``'s,
+    which it leaves running for the next call (as the runner's serves every cell of a sweep;
+    a pool whose interpreter died gets a new one)."""
     cell = write_cell(w, out, schedule)
     port = free_port()
     d = CellDir(Path(out))
-    warm = (TORCH_EXECUTOR,) if w.executor == "torch" else ()
+    own = pool is None
+    if own:
+        pool = RankPool(sys.executable, warm=(TORCH_EXECUTOR,) if w.executor == "torch" else ())
     procs: dict[int, ProcessHandle] = {}
-    with RankPool(sys.executable, warm=warm) as pool:
-        try:
-            for rank in range(w.world_size):
-                # every rank on this one host: local rank = rank (as the cell file's
-                # placement); NCCL sees each rank as a node of its own (host_id), joined over
-                # loopback's sockets: ranks sharing one GPU work, and no P2P/SHM path is used
-                # that the emulated network would not have
-                job = RankJob(rank, w.world_size, LOOPBACK, port, "lo", timeout_s, rank,
-                              w.world_size, host_id=f"loopback-{rank}")
-                procs[rank] = pool.start(None, WORKER_MODULE,
-                                         worker_args(cell, Path(out), tuple(extra)),
-                                         worker_env(job), Path(d.worker_log(rank)))
-        except BaseException:
-            for p in procs.values():
-                stop_process(p)
-            raise
+    try:
+        for rank in range(w.world_size):
+            # every rank on this one host: local rank = rank (as the cell file's placement);
+            # NCCL sees each rank as a node of its own (host_id), joined over loopback's
+            # sockets: ranks sharing one GPU work, and no P2P/SHM path is used that the
+            # emulated network would not have
+            job = RankJob(rank, w.world_size, LOOPBACK, port, "lo", timeout_s, rank,
+                          w.world_size, host_id=f"loopback-{rank}")
+            procs[rank] = pool.start(None, WORKER_MODULE,
+                                     worker_args(cell, Path(out), tuple(extra)),
+                                     worker_env(job), Path(d.worker_log(rank)))
         watch_workers(procs, timeout_s, Path(out))
+    finally:
+        stop_processes(list(procs.values()))  # ended already, unless the wait was interrupted
+        if own:
+            pool.close()
 
 
 def run_program_local(w: Workload, out: Path, timeout_s: float,

@@ -307,12 +307,12 @@ def test_summary_section_lists_degraded_ok_rows_with_their_reasons():
 # ------------------------------------------------------------------ real workers
 @pytest.mark.torch
 @pytest.mark.parametrize("executor", ["ir", "torch"])
-def test_emulated_compute_records_its_modelled_duration(tmp_path, executor):
+def test_emulated_compute_records_its_modelled_duration(rank_pool, tmp_path, executor):
     w = Workload(model=ModelSpec(layers=2, hidden=32, heads=2, seq_len=16, vocab=64),
                  parallel=Parallel(pp=2), schedule="1f1b", microbatches=2, iterations=2,
                  warmup=1, executor=executor,
                  compute=Compute(forward_ms=3, backward_ms=6, weight_ms=2))
-    run_local(w, tmp_path, timeout_s=120)
+    run_local(w, tmp_path, timeout_s=120, pool=rank_pool)
     traces = load_traces(tmp_path)
     computes = [r for recs in traces.values() for r in recs
                 if r.get("type") == "action" and r["cat"] == "compute"]
@@ -324,11 +324,11 @@ def test_emulated_compute_records_its_modelled_duration(tmp_path, executor):
 
 
 @pytest.mark.torch
-def test_real_compute_records_have_no_modelled_duration(tmp_path):
+def test_real_compute_records_have_no_modelled_duration(rank_pool, tmp_path):
     w = Workload(model=ModelSpec(layers=2, hidden=32, heads=2, seq_len=16, vocab=64),
                  parallel=Parallel(pp=2), schedule="1f1b", microbatches=2, iterations=2,
                  warmup=1, compute=Compute(mode="real"))
-    run_local(w, tmp_path, timeout_s=120)
+    run_local(w, tmp_path, timeout_s=120, pool=rank_pool)
     traces = load_traces(tmp_path)
     assert not any("model_ns" in r for recs in traces.values() for r in recs)
     assert F.compute_overshoot(traces) is None

@@ -154,18 +154,18 @@ def test_matrix_sweeps_schedule_file(tmp_path):
 @pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize("executor", ["ir", "torch"])
-def test_a_csv_schedule_trains_like_the_built_in_one(tmp_path, executor):
+def test_a_csv_schedule_trains_like_the_built_in_one(rank_pool, tmp_path, executor):
     # zbv as a CSV (I/W actions, two chunks per rank in a V): the torch executor loads it into
     # torch's runtime with _load_csv; both must see the built-in zbv's losses
     model = ModelSpec(layers=4, hidden=32, heads=2, seq_len=16, vocab=64)
     base = dict(model=model, parallel=Parallel(pp=2), chunks=2, microbatches=4, iterations=3,
                 warmup=1, compute=Compute(mode="real"), executor=executor)
     built = Workload(schedule="zbv", **base)
-    run_local(built, tmp_path / "built", timeout_s=120)
+    run_local(built, tmp_path / "built", timeout_s=120, pool=rank_pool)
     csv_path = write_csv(generate("zbv", 2, 4, 2), tmp_path / "zbv.csv")
     mine = Workload(schedule_file=str(csv_path), **base)
     schedule = read_csv(csv_path, Shape(2, 2, 4), name=mine.schedule)
-    run_local(mine, tmp_path / "mine", timeout_s=120, schedule=schedule)
+    run_local(mine, tmp_path / "mine", timeout_s=120, schedule=schedule, pool=rank_pool)
     assert losses(tmp_path / "mine") == pytest.approx(losses(tmp_path / "built"), rel=1e-5)
     # losses do not depend on the order: the traces show the CSV's order is what ran
     for rank, recs in load_traces(tmp_path / "mine").items():

@@ -172,13 +172,14 @@ SLOWDOWN_TOLERANCE = 0.03
 
 @pytest.mark.slow
 @pytest.mark.alone  # "without slowing training" is measured time
-def test_filling_raises_utilization_without_slowing_training_or_overlapping_it(tmp_path):
+def test_filling_raises_utilization_without_slowing_training_or_overlapping_it(rank_pool,
+                                                                                tmp_path):
     base = dict(model=ModelSpec(layers=4, hidden=32, heads=2, seq_len=16, vocab=64),
                 parallel=Parallel(pp=4), schedule="1f1b", microbatches=8, iterations=4,
                 warmup=1, compute=Compute(forward_ms=20, backward_ms=40))
     plain, filled = Workload(**base), Workload(**base, filler=FillerSpec(prefill_ms=5))
-    run_local(plain, tmp_path / "plain", timeout_s=120)
-    run_local(filled, tmp_path / "filled", timeout_s=120)
+    run_local(plain, tmp_path / "plain", timeout_s=120, pool=rank_pool)
+    run_local(filled, tmp_path / "filled", timeout_s=120, pool=rank_pool)
     without = metrics_from_traces(tmp_path / "plain", plain)
     got = metrics_from_traces(tmp_path / "filled", filled)
     assert got["training_utilization"] == pytest.approx(1 - got["bubble_ratio"])
@@ -198,7 +199,7 @@ def test_filling_raises_utilization_without_slowing_training_or_overlapping_it(t
 
 
 @pytest.mark.slow
-def test_real_prefill_leaves_real_training_losses_unchanged(tmp_path):
+def test_real_prefill_leaves_real_training_losses_unchanged(rank_pool, tmp_path):
     # compute.mode real makes the filler real too: its forwards run in the ranks' gaps but must
     # not touch the training model, its data or its random state.
     # stages big enough that a rank's waits (a few ms) hold the tiny filler's requests on a
@@ -209,8 +210,8 @@ def test_real_prefill_leaves_real_training_losses_unchanged(tmp_path):
     filled = Workload(**base, filler=FillerSpec(model=ModelSpec(layers=1, hidden=32, heads=2,
                                                                 seq_len=16, vocab=64),
                                                 prompt_tokens=16, margin_ms=0))
-    run_local(Workload(**base), tmp_path / "plain", timeout_s=120)
-    run_local(filled, tmp_path / "filled", timeout_s=120)
+    run_local(Workload(**base), tmp_path / "plain", timeout_s=120, pool=rank_pool)
+    run_local(filled, tmp_path / "filled", timeout_s=120, pool=rank_pool)
     assert losses(tmp_path / "filled") == losses(tmp_path / "plain")
     records = [r for recs in load_traces(tmp_path / "filled").values() for r in recs]
     assert {r["filler_mode"] for r in records if r["type"] == "meta"} == {"real"}

@@ -83,14 +83,14 @@ def test_the_ring_copies_and_never_adds(tmp_path):
 
 
 @pytest.mark.slow
-def test_emulated_all_reduce_moves_the_ring_bytes_to_the_next_rank(tmp_path):
+def test_emulated_all_reduce_moves_the_ring_bytes_to_the_next_rank(rank_pool, tmp_path):
     # pp = 2, dp = 2, two chunks per rank (zbv): per stage and iteration, 2(d−1) = 2 steps of
     # gradient bytes / d each to the next replica, one after the other, all before the rank's
     # ALLREDUCE_WAIT ends.
     w = Workload(model=MODEL, parallel=Parallel(pp=2, dp=2), schedule="zbv", chunks=2,
                  microbatches=4, iterations=3, warmup=1,
                  compute=Compute(forward_ms=5, backward_ms=10))
-    run_local(w, tmp_path, timeout_s=120)
+    run_local(w, tmp_path, timeout_s=120, pool=rank_pool)
     traces = load_traces(tmp_path)
     for rank, recs in traces.items():
         meta = next(r for r in recs if r["type"] == "meta")

@@ -41,13 +41,14 @@ def test_connections_above_one_need_the_ir_executor():
 
 @pytest.mark.torch
 @pytest.mark.parametrize("schedule,chunks_per_rank,boundaries", [("1f1b", 1, 1), ("zbv", 2, 2)])
-def test_real_compute_with_four_connections_trains_exactly_like_one(tmp_path, schedule,
-                                                                    chunks_per_rank, boundaries):
+def test_real_compute_with_four_connections_trains_exactly_like_one(rank_pool, tmp_path,
+                                                                    schedule, chunks_per_rank,
+                                                                    boundaries):
     w = dict(model=TINY_MODEL, parallel=Parallel(pp=2), schedule=schedule,
              chunks=chunks_per_rank, microbatches=4, iterations=3, warmup=1,
              compute=Compute(mode="real"), lr=1e-2)
-    run_local(Workload(**w), tmp_path / "one", timeout_s=120)
-    run_local(Workload(**w, connections=4), tmp_path / "four", timeout_s=120)
+    run_local(Workload(**w), tmp_path / "one", timeout_s=120, pool=rank_pool)
+    run_local(Workload(**w, connections=4), tmp_path / "four", timeout_s=120, pool=rank_pool)
     one, four = losses(tmp_path / "one"), losses(tmp_path / "four")
     assert len(one) == 3 and four == one
     # one SEND/RECV record per transfer, with the whole tensor's bytes

@@ -46,7 +46,7 @@ def worker_pids() -> set[int]:
 @pytest.mark.alone  # the bubble and span against the simulator and theory: measured time
 @pytest.mark.parametrize("m", [4, 8, 16])
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_emulated_bubble_matches_theory(tmp_path, monkeypatch, schedule, m):
+def test_emulated_bubble_matches_theory(rank_pool, tmp_path, monkeypatch, schedule, m):
     # 4 ranks, F = 20 ms, B = 40 ms, no added latency. (p − 1) / (m + p − 1) counts no time
     # for messages; every hop over loopback costs the executor's fixed costs
     # (testbed/sim/calibration.py), which put the measured bubble 1–3 points above it on this
@@ -58,7 +58,7 @@ def test_emulated_bubble_matches_theory(tmp_path, monkeypatch, schedule, m):
     p = 4
     w = Workload(model=TINY_MODEL, parallel=Parallel(pp=p), schedule=schedule, microbatches=m,
                  compute=Compute(forward_ms=20, backward_ms=40), iterations=6, warmup=1)
-    run_local(w, tmp_path, timeout_s=120)
+    run_local(w, tmp_path, timeout_s=120, pool=rank_pool)
     got = metrics_from_traces(tmp_path, w)
     theory = (p - 1) / (m + p - 1)
     calibrated = loopback_prediction(w)["predicted_bubble_ratio"]
@@ -86,15 +86,15 @@ def loopback_prediction(w: Workload) -> dict:
 
 
 @pytest.mark.slow
-def test_real_compute_trains_and_the_same_seed_gives_the_same_loss(tmp_path):
+def test_real_compute_trains_and_the_same_seed_gives_the_same_loss(rank_pool, tmp_path):
     w = workload(schedule="1f1b", iterations=6, lr=1e-2)
-    run_local(w, tmp_path / "a", timeout_s=120)
-    run_local(w, tmp_path / "b", timeout_s=120)
+    run_local(w, tmp_path / "a", timeout_s=120, pool=rank_pool)
+    run_local(w, tmp_path / "b", timeout_s=120, pool=rank_pool)
     a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
     assert len(a) == 6 and a == b, (a, b)
     assert a[-1] < 0.8 * a[0], a
     other = workload(schedule="1f1b", iterations=6, lr=1e-2, seed=1)
-    run_local(other, tmp_path / "c", timeout_s=120)
+    run_local(other, tmp_path / "c", timeout_s=120, pool=rank_pool)
     assert losses(tmp_path / "c")[0] != a[0]
 
 
@@ -104,12 +104,12 @@ _reference: dict[int, list[float]] = {}
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["ir", "torch"])
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
-def test_every_schedule_runs_and_trains_the_same_model(tmp_path, schedule, executor):
+def test_every_schedule_runs_and_trains_the_same_model(rank_pool, tmp_path, schedule, executor):
     # The same model split into the same number of stages must see the same losses whatever
     # the schedule or executor: a schedule that drops, repeats or misroutes a microbatch shows.
     chunks = SCHEDULES[schedule]
     w = workload(schedule=schedule, chunks=chunks, executor=executor)
-    run_local(w, tmp_path, timeout_s=120)
+    run_local(w, tmp_path, timeout_s=120, pool=rank_pool)
     got = losses(tmp_path)
     assert len(got) == w.iterations and got[-1] < got[0], got
     ref = _reference.setdefault(chunks, got)
@@ -127,15 +127,16 @@ def test_every_schedule_runs_and_trains_the_same_model(tmp_path, schedule, execu
 
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["ir", "torch"])
-def test_data_parallel_replicas_average_to_the_single_replica_model(tmp_path, executor):
+def test_data_parallel_replicas_average_to_the_single_replica_model(rank_pool, tmp_path,
+                                                                      executor):
     # Both replicas see the same batch, so the averaged gradients, and therefore the losses,
     # equal one replica's: a missing, doubled or misrouted all-reduce shows. With two chunks
     # per rank, a stage's all-reduce starts as soon as its gradients are complete.
     w = workload(schedule="zbv", chunks=2, executor=executor, parallel=Parallel(pp=2, dp=2))
-    run_local(w, tmp_path, timeout_s=180)
+    run_local(w, tmp_path, timeout_s=180, pool=rank_pool)
     got = losses(tmp_path)
     ref = workload(schedule="zbv", chunks=2)
-    run_local(ref, tmp_path / "ref", timeout_s=120)
+    run_local(ref, tmp_path / "ref", timeout_s=120, pool=rank_pool)
     assert got == pytest.approx(losses(tmp_path / "ref"), rel=1e-5)
     traces = load_traces(tmp_path)
     started = {(rank, r["stage"]): r["t0"] for rank, recs in traces.items() for r in recs
@@ -149,10 +150,10 @@ def test_data_parallel_replicas_average_to_the_single_replica_model(tmp_path, ex
 
 
 @pytest.mark.slow
-def test_emulated_torch_executor_sends_true_shapes_and_sleeps(tmp_path):
+def test_emulated_torch_executor_sends_true_shapes_and_sleeps(rank_pool, tmp_path):
     w = workload(schedule="1f1b", executor="torch", compute=Compute(forward_ms=10,
                                                                     backward_ms=20))
-    run_local(w, tmp_path, timeout_s=120)
+    run_local(w, tmp_path, timeout_s=120, pool=rank_pool)
     traces = load_traces(tmp_path)
     f = [r["t1"] - r["t0"] for r in traces[0] if r["type"] == "action" and r["kind"] == "F"]
     assert min(f) >= 10e6 and sorted(f)[len(f) // 2] < 15e6, f
@@ -207,9 +208,9 @@ def test_bad_environment_is_a_clear_error(tmp_path):
                                   "MASTER_ADDR (the runner or torchrun sets them)")
 
 
-def test_perfetto_export_has_one_track_per_rank(tmp_path):
+def test_perfetto_export_has_one_track_per_rank(rank_pool, tmp_path):
     w = workload(schedule="1f1b", compute=Compute(forward_ms=5, backward_ms=10), iterations=2)
-    run_local(w, tmp_path, timeout_s=60)
+    run_local(w, tmp_path, timeout_s=60, pool=rank_pool)
     data = json.loads(export(tmp_path).read_text())
     ev = data["traceEvents"]
     tracks = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
