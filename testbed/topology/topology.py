@@ -204,6 +204,14 @@ class Topology(Strict):
     def router_ip(self, name: str) -> ipaddress.IPv4Address:
         return self.subnet(name).network_address + 1
 
+    def other_subnets(self, name: str) -> list[ipaddress.IPv4Network]:
+        """Every other DC's subnet: what a host of DC ``name`` routes via its router. Hosts
+        get no default route, so an address outside the emulated network (the machine's DNS
+        server, say) is unreachable at once instead of a packet the router has nowhere to send:
+        torch's rendezvous looks up the peer's name, and with a default route that lookup
+        waited out the resolver's 5 s timeout in every cell."""
+        return [self.subnet(dc.name) for dc in self.dcs if dc.name != name]
+
     def host_ip(self, name: str, j: int) -> ipaddress.IPv4Address:
         """Host j (0-based) of DC ``name``."""
         return self.subnet(name).network_address + 10 + j

@@ -57,6 +57,30 @@ def test_ring_reaches_the_opposite_dc_through_a_neighbour():
         net.teardown()
 
 
+# the peer's name, as torch's rendezvous looks it up (c10d logs "The hostname of the client socket
+# cannot be retrieved"); run by the system Python, which starts in milliseconds
+LOOKUP = "import socket, sys\ntry: socket.getnameinfo((sys.argv[1], 1), 0)\nexcept OSError: pass"
+
+
+def test_an_address_outside_the_emulated_network_is_unreachable_at_once():
+    """A host routes the other DCs' subnets only: with a default route, a DNS query left for
+    a router with nowhere to send it, and every rank's rendezvous waited out the resolver's
+    timeout (5 s per cell on this project's machines, whose DNS server the emulated network
+    cannot reach)."""
+    net = _build("two-dc.yaml")
+    try:
+        a, b = net.host("dc1", 0), net.host("dc2", 0)
+        outside = net.run(a, ["ip", "route", "get", "192.0.2.1"], check=False)  # TEST-NET-1
+        assert outside.returncode != 0 and "unreachable" in outside.stderr, outside
+        assert net.run(a, ["ip", "route", "get", str(b.ip)]).returncode == 0
+        t0 = time.monotonic()
+        net.run(a, ["/usr/bin/python3", "-c", LOOKUP, str(b.ip)])
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        net.teardown()
+    assert _tagged(net.tag) == []
+
+
 def test_teardown_twice_is_harmless_and_leaves_nothing():
     net = _build("two-dc.yaml")
     net.teardown()

@@ -10,7 +10,8 @@ Layout (differs from ``netns`` where Mininet's model requires it):
   namespace) with ``eth0`` on the switch carrying the router's address, one ``to-<peer>`` veth
   per inter-DC link (both ends inside router namespaces) and ``net.ipv4.ip_forward=1``.
 - Per host, a Mininet ``Host`` (shell ``mininet:<tag>-<dc>-<j>``) with ``eth0`` on the switch and
-  a default route via the router.
+  a route to every other DC's subnet via the router (no default route:
+  ``Topology.other_subnets``).
 
 Unlike ``netns``, the DC side of host j's link is the switch port ``<tag>s<i>h<j>`` in the root
 namespace, not a port ``h<j>`` inside the router: use :meth:`MininetBackend.host_port` to reach it.
@@ -237,7 +238,8 @@ class MininetBackend(LocalBackend):
         h = self._node(net, parts, f"{net.tag}-{dc}-{j}")
         self._attach(net, h, sw, switch_port(net.tag, i, j), HOST_IFACE,
                      topo.host_ip(dc, j), topo.subnet(dc).prefixlen)
-        shell_run(h, ["ip", "route", "add", "default", "via", str(topo.router_ip(dc))])
+        for subnet in topo.other_subnets(dc):  # no default route (Topology.other_subnets)
+            shell_run(h, ["ip", "route", "add", str(subnet), "via", str(topo.router_ip(dc))])
         shell_run(h, ["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in host_sysctls(topo).items())])
         net.hosts[(dc, j)] = Node(name=f"{dc}-{j}", dc=dc, ns=str(h.pid), ip=topo.host_ip(dc, j),
                                   iface=HOST_IFACE, index=j)

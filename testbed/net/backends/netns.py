@@ -2,7 +2,8 @@
 
 Per DC, a router namespace ``<tag>-<dc>`` holds a bridge ``br0`` carrying the router's address,
 one port ``h<j>`` per host and one interface ``to-<peer>`` per inter-DC link. Each host is a
-namespace ``<tag>-<dc>-<j>`` with ``eth0`` on that bridge and a default route via the router.
+namespace ``<tag>-<dc>-<j>`` with ``eth0`` on that bridge and a route to every other DC's subnet
+via the router (no default route: ``Topology.other_subnets``).
 Routers forward and route every other DC's subnet along the lowest-delay path.
 
 Nothing is created in the root namespace, so deleting the tagged namespaces (done in reverse
@@ -159,7 +160,8 @@ class NetnsBackend(LocalBackend):
             ns.addr("add", index=idx, address=str(topo.host_ip(dc, j)),
                     prefixlen=topo.subnet(dc).prefixlen)
             ns.link("set", index=idx, state="up")
-            ns.route("add", dst="0.0.0.0/0", gateway=str(topo.router_ip(dc)))
+            for subnet in topo.other_subnets(dc):
+                ns.route("add", dst=str(subnet), gateway=str(topo.router_ip(dc)))
         finally:
             ns.close()
         rns = NetNS(router)
