@@ -209,7 +209,8 @@ class Topology(Strict):
         get no default route, so an address outside the emulated network (the machine's DNS
         server, say) is unreachable at once instead of a packet the router has nowhere to send:
         torch's rendezvous looks up the peer's name, and with a default route that lookup
-        waited out the resolver's 5 s timeout in every cell."""
+        waited out the resolver's 5 s timeout whenever the router's rate-limited ICMP answer
+        did not come (results/leads/dns-default-route/)."""
         return [self.subnet(dc.name) for dc in self.dcs if dc.name != name]
 
     def host_ip(self, name: str, j: int) -> ipaddress.IPv4Address:
