@@ -60,6 +60,7 @@ def _numbers(text: str) -> set[str]:
     return set(re.findall(r"\d+\.\d+|\d{3,}", text))
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.torch
 def test_setup_sh_through_a_pipe_shows_every_number_of_the_end_table():

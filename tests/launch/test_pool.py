@@ -71,6 +71,7 @@ def start_waiting(pool: RankPool, net, tmp_path: Path) -> PooledRank:
                       tmp_path / "rank0.log")
 
 
+@pytest.mark.slow
 def test_a_forked_rank_runs_in_its_hosts_namespace_and_reports_its_exit(net, tmp_path):
     with RankPool(sys.executable) as pool:
         rank = start_waiting(pool, net, tmp_path)
@@ -112,6 +113,7 @@ def test_closing_the_pool_or_killing_the_zygote_leaves_no_rank_behind(net, tmp_p
     pool.close()
 
 
+@pytest.mark.slow
 def test_a_killed_zygote_is_named_its_ranks_end_at_once_and_warm_replaces_it(net, tmp_path):
     """Its ranks die with it and it reports none of their exits: waiting on one must still
     end (it once spun for ever on the zygote's closed pipe)."""

@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.root, pytest.mark.remote]
 DCS = ["dc1", "dc2"]
 
 
+@pytest.mark.slow
 def test_the_stand_in_hosts_veth_is_reported_not_rdma(lab, inventory, known_hosts, tmp_path):
     opened = Lab.open(inventory, DCS, known_hosts, clock_samples=1)
     try:

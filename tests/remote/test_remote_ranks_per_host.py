@@ -51,6 +51,7 @@ def test_two_ranks_per_lab_host_run_and_leave_nothing(lab, inventory, known_host
     assert remote_processes(lab) == []
 
 
+@pytest.mark.slow
 def test_teardown_stops_both_processes_of_a_shared_host(lab, inventory, known_hosts, tmp_path):
     opened = Lab.open(inventory, DCS, known_hosts, clock_samples=1)
     topo = Topology(name="t", dcs=[{"name": "dc1", "hosts": 1}, {"name": "dc2", "hosts": 1}],

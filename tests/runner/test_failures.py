@@ -59,6 +59,7 @@ def _workers_running(results: Path) -> bool:
     return any(p.stat().st_size > 0 for p in results.glob("dldeath/*/cells/*/worker-rank*.log"))
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.torch
 def test_a_delay_line_killed_mid_run_fails_its_cell_naming_the_link(tmp_path):

@@ -65,6 +65,7 @@ def _as_user(u: pwd.struct_passwd, *argv: str) -> subprocess.CompletedProcess:
                            "--clear-groups", *argv], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_a_run_under_sudo_gives_everything_it_wrote_to_the_sudo_user(user, shared_tmp):
     exp = shared_tmp / "owned.yaml"
@@ -101,6 +102,7 @@ def test_a_run_under_sudo_gives_everything_it_wrote_to_the_sudo_user(user, share
     assert list(results.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_an_interrupted_run_under_sudo_gives_what_it_wrote_too(user, shared_tmp):
     exp = shared_tmp / "owncut.yaml"

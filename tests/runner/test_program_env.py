@@ -96,6 +96,7 @@ def _added(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if os.environ.get(k) != v}
 
 
+@pytest.mark.slow
 def test_a_program_gets_torchruns_environment_key_by_key(tmp_path):
     expected = _torchrun_envs(tmp_path / "torchrun")
     got, cell = _testbed_envs(tmp_path / "testbed")
@@ -109,6 +110,7 @@ def test_a_program_gets_torchruns_environment_key_by_key(tmp_path):
         assert have["TORCHELASTIC_ERROR_FILE"] == str(cell / f"error-rank{rank}.json")
 
 
+@pytest.mark.slow
 def test_each_rank_writes_in_a_directory_of_its_own_per_cell(tmp_path):
     _, cell = _testbed_envs(tmp_path)
     for rank in range(4):

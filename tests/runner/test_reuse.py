@@ -68,6 +68,7 @@ def test_cells_of_one_topology_share_the_network_interpreter_and_measurements(tm
     assert not ours(tmp_path)
 
 
+@pytest.mark.slow
 def test_cold_starts_every_cell_from_scratch(tmp_path):
     res, runner_pid = run(tmp_path, "--cold")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -72,6 +72,7 @@ def test_sweep_writes_the_csv_contract_plots_and_traces(tmp_path):
     assert ours(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_failing_worker_is_recorded_and_the_sweep_goes_on(tmp_path):
     plan = subprocess.run([sys.executable, "-m", "testbed", "plan", str(TINY)], cwd=ROOT,
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
@@ -100,6 +101,7 @@ def _rows(path: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_sigkill_then_clean_then_resume_loses_and_duplicates_nothing(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(TINY), "--results",
                              str(tmp_path), "--quiet"], cwd=ROOT, start_new_session=True,

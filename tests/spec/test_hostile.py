@@ -263,6 +263,7 @@ def test_non_finite_numbers_are_refused_in_every_float_field(value):
     assert checked >= 20  # the walk found the float fields (delay, rate, loss, times, ...)
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_hostile_file_builds_nothing(tmp_path):
     # `run` loads the file before it creates the results directory, and the results directory

@@ -99,6 +99,7 @@ def run_wan(results: Path, connections: list[int], iterations: int = 4) -> dict[
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.torch
 def test_four_connections_beat_one_window_limited_connection(tmp_path):
