@@ -8,6 +8,8 @@ import ipaddress
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,7 @@ from testbed.net.shaping import tc
 from testbed.topology import LinkProfile
 from testbed.net.lab import ssh
 from testbed.net.lab.lab import Lab
+from testbed.net.lab.process import RemoteProcess
 from testbed.net.lab.nic import Route, check, host_argvs, read_argv
 from testbed.net.lab.shaping import HostShaping, RemoteShaper, read_nic
 
@@ -150,3 +153,31 @@ def test_a_remote_cell_runs_as_the_non_root_user(lab, tmp_path):
         qdiscs = subprocess.run(["ip", "netns", "exec", h.ns, "tc", "qdisc", "show", "dev",
                                  "eth0"], capture_output=True, text=True).stdout
         assert "htb" not in qdiscs
+
+
+def test_what_the_login_prints_before_the_process_is_output_not_its_pid(lab, opened, tmp_path):
+    """A login that prints before the command runs (here the user's ``~/.ssh/rc``, which sshd
+    runs first; on this project's CI machines root's ``.bashrc`` ran pyenv, whose rehash
+    printed errors when many shells started at once) neither hides the process's pid nor is
+    lost: the pid comes from the shell's marked line wherever it is, the rest is output."""
+    rc = lab.user.home / ".ssh" / "rc"
+    rc.write_text("echo 'login noise: 12345'\necho 'more noise' >&2\n")
+    try:
+        h = opened.hosts()[0]
+        with open(tmp_path / "out.log", "wb") as out:
+            proc = RemoteProcess(opened.conns[h.name], h,
+                                 ["sh", "-c", "echo started; exec sleep 3"], output=out)
+            # the stand-in hosts share this machine's pid namespace: the pid is the process's,
+            # which runs the command once the shells before it have exec'd
+            deadline, cmdline = time.monotonic() + 10, b""
+            while not cmdline.startswith(b"sleep\x003") and time.monotonic() < deadline:
+                cmdline = (Path("/proc") / str(proc.pid) / "cmdline").read_bytes()
+                time.sleep(0.05)
+            assert cmdline.split(b"\0")[:2] == [b"sleep", b"3"], (proc.pid, cmdline)
+            proc.terminate()
+            assert proc.wait(timeout=30) != 0  # ended by the signal, not by itself
+        log = (tmp_path / "out.log").read_text()
+        assert "login noise: 12345" in log and "more noise" in log, log
+        assert "testbed-pid" not in log, log
+    finally:
+        rc.unlink()
