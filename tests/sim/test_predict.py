@@ -13,6 +13,7 @@ from testbed.plan import plan_cell, predict as predict_plan
 from testbed.sim import SimulationError
 from testbed.sim.paths import PathModel
 from testbed.spec import PROJECT_ROOT, load_experiment
+from testbed.topology import Slot
 
 QUICKSTART = PROJECT_ROOT / "experiments" / "quickstart.yaml"
 
@@ -148,7 +149,6 @@ def test_window_limited_paths_scale_with_connections():
     """0.25 MiB buffers at 40 ms RTT cap one connection near 0.75 × 0.25 MiB per round trip
     (bench_transport's measurement); four connections move four windows; the 1 Gbit/s link
     is the limit once the windows exceed it; paths inside a DC are not capped."""
-    from testbed.topology import Slot
 
     le = load_experiment(PROJECT_ROOT / "experiments" / "atlas.yaml")
     rates = {}
@@ -166,10 +166,8 @@ def test_window_limited_paths_scale_with_connections():
 
 def test_only_a_shapers_rate_gives_a_burst():
     """The token bucket of the 1 Gbit/s shaper holds two GSO packets (more than 1 ms of its
-    rate): a path it limits gets that burst; a path whose rate is a TCP window's cap gets none (the bucket refills faster
-    than the window lets bytes out)."""
-    from testbed.topology import Slot
-
+    rate): a path it limits gets that burst; a path whose rate is a TCP window's cap gets none
+    (the bucket refills faster than the window lets bytes out)."""
     cell = load_experiment(PROJECT_ROOT / "experiments" / "atlas.yaml").cells[0]
     net = plan_cell(cell).paths
     west, east = Slot(0, 0, 0, "west", 0), Slot(1, 1, 0, "east", 0)
