@@ -22,8 +22,10 @@ from testbed.plan import plan_all
 from testbed.runner.livenet import LiveNetwork
 from testbed.spec import load_experiment
 
-# alone: each kill's cell must fail within FAIL_WITHIN_S, measured time
-pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.alone]
+# Not alone: FAIL_WITHIN_S is a deadline, not a measurement the machine's load stretches. With
+# four CPU hogs beside them the cells failed 0.17 to 0.27 s after the kill, and in full suite
+# runs beside the other tests (results/suite/xdist-timing.md) they passed.
+pytestmark = [pytest.mark.root, pytest.mark.torch]
 ROOT = Path(__file__).resolve().parents[2]
 EXP = ROOT / "tests" / "runner" / "exps" / "deadparts.yaml"
 FAIL_WITHIN_S = 5.0       # the issue's target for any kill at any moment of a cell
@@ -145,6 +147,7 @@ def assert_recovered(sweep: Sweep, rows: list[dict], failed: int) -> None:
     assert [p for p in started if ledgers.pid_alive(p)] == []
 
 
+@pytest.mark.slow  # a 3-cell sweep: 20 s alone, up to 46 s beside other tests
 def test_the_interpreter_killed_during_a_cell_fails_it_and_the_next_cell_has_a_new_one(sweep):
     cell_running(sweep, 1)
     (zygote,) = sweep.interpreters()
@@ -158,6 +161,7 @@ def test_the_interpreter_killed_during_a_cell_fails_it_and_the_next_cell_has_a_n
     assert len(set(sweep.interpreters())) == 2  # the later cells' ranks came from a new one
 
 
+@pytest.mark.slow  # a 3-cell sweep: 20 s alone, up to 46 s beside other tests
 def test_the_interpreter_killed_while_ranks_are_stopped_fails_the_cell_without_hanging(sweep):
     """Rank 1 dies; while the runner stops the others, the interpreter is killed. Rank 2 is
     frozen (SIGSTOP) first, so stopping it takes the runner its whole SIGTERM grace: the
@@ -176,6 +180,7 @@ def test_the_interpreter_killed_while_ranks_are_stopped_fails_the_cell_without_h
     assert_recovered(sweep, sweep.finish(), failed=1)
 
 
+@pytest.mark.slow  # a 3-cell sweep: 20 s alone, up to 46 s beside other tests
 def test_a_delay_line_killed_during_the_link_probe_fails_its_cell_naming_the_direction(sweep):
     sweep.wait_for("row 1", sweep.rows, SWEEP_S)  # cell 2 now re-shapes the link, measures it
     time.sleep(0.5)
@@ -192,6 +197,7 @@ def test_a_delay_line_killed_during_the_link_probe_fails_its_cell_naming_the_dir
     assert rows[2]["network"] != rows[1]["network"]  # cell 3 ran on a rebuilt network
 
 
+@pytest.mark.slow  # a 3-cell sweep: 20 s alone, up to 46 s beside other tests
 def test_a_rank_killed_fails_its_cell_naming_it_at_once(sweep):
     ranks = cell_running(sweep, 1)
     os.kill(ranks[1], signal.SIGKILL)
