@@ -18,7 +18,8 @@ are not this box's, a cell without a prediction has no gap to check).
   /proc/stat sampled through the workers' phase (``testbed.readout.cpu.CpuSampler``).
 - ``delayline_drops`` and ``queue_drops`` (already in the row).
 - ``predicted_gap_pct``: measured vs predicted iteration time, in %; a gap outside the band
-  names the data-parallel all-reduce when its exposed time is off by half the gap or more.
+  names the data-parallel all-reduce when its exposed time is off by half the gap or more,
+  and so a link direction whose all-reduces ended further apart than predicted (``ringskew``).
 
 The column names are owned by ``testbed.readout.columns`` (``FIDELITY``).
 
@@ -34,8 +35,9 @@ from typing import Any, Callable
 
 from testbed.cell.celldir import CellDir
 from testbed.plan import CellPlan
+from testbed.readout import ringskew
 from testbed.readout.cpu import CpuSampler
-from testbed.readout.traces import load_traces, percentile
+from testbed.readout.traces import load_traces, measured_window, percentile
 from testbed.sim.calibration import SLEEP_OVERSHOOT_S
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,7 @@ class Signals:
     predicted_s: float | None = None
     compute_vs_control_pct: float | None = None  # a program's compute vs its control run
     allreduce_s: tuple[float, float] | None = None  # all-reduce exposed: (measured, predicted)
+    ring_skew: ringskew.RingSkew | None = None  # all-reduces ending apart on one link direction
     program: bool = False
     why_unknown: dict[str, str] = field(default_factory=dict)  # check → why it has no input
 
@@ -212,7 +215,9 @@ def _gap(s: Signals) -> str | None:
 CHECKS: dict[str, Check] = {"compute overshoot": _stretch, "compute overshoot tail": _tail,
                             "late starts": _late, "compute vs control run": _control,
                             "CPU": _cpu, "delay-line drops": _delayline,
-                            "measured vs predicted": _gap}
+                            "measured vs predicted": _gap, "all-reduce sharing": lambda s:
+                            ringskew.check(s.ring_skew, s.measured_s, s.predicted_s,
+                                           AGREEMENT_PCT)}
 
 
 def verdict(s: Signals) -> tuple[str, dict[str, Any]]:
@@ -264,6 +269,8 @@ def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
     # a program stopped at exit after its last iteration has no end record: take it as is
     traces = load_traces(cell_dir, finished=False) if CellDir(cell_dir).traces() else {}
     _trace_signals(s, traces, plan)
+    if s.gap_pct is not None and abs(s.gap_pct) > AGREEMENT_PCT:  # only a miss needs a cause
+        s.ring_skew = ringskew.ring_skew(traces, plan)
     if not hosts_here:
         s.why_unknown["CPU"] = "the workers ran on lab hosts"
     else:
@@ -275,14 +282,6 @@ def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
     # the console's warning is on the progress line (testbed.runner.run); run.log gets it here
     log.info("cell %s: fidelity %s", plan.cell.cell_id, text)
     return details
-
-
-def measured_window(traces: dict[int, list[dict]]) -> tuple[int, int] | None:
-    """(first start, last end) in ns of the measured (not warm-up) iterations over all
-    ranks; None without any."""
-    its = [r for recs in traces.values() for r in recs
-           if r.get("type") == "iter" and not r.get("warmup")]
-    return (min(r["t0"] for r in its), max(r["t1"] for r in its)) if its else None
 
 
 def _trace_signals(s: Signals, traces: dict[int, list[dict]], plan: CellPlan) -> None:

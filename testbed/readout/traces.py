@@ -285,3 +285,11 @@ def transfer_times(traces: dict[int, list[dict]], measured_only: bool = True) ->
             rows.append(dict(iter=r["iter"], kind=d, stage=r["stage"], mb=r["mb"],
                              bytes=r["bytes"], seconds=(r["t1"] - s["t0"]) / 1e9))
     return rows
+
+
+def measured_window(traces: dict[int, list[dict]]) -> tuple[int, int] | None:
+    """(first start, last end) in ns of the measured (not warm-up) iterations over all
+    ranks; None without any."""
+    its = [r for recs in traces.values() for r in recs
+           if r.get("type") == "iter" and not r.get("warmup")]
+    return (min(r["t0"] for r in its), max(r["t1"] for r in its)) if its else None

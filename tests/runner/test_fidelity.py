@@ -14,7 +14,7 @@ import pytest
 
 from testbed.errors import MachineError
 from testbed.launch.loopback import run_local
-from testbed.readout.traces import load_traces
+from testbed.readout.traces import load_traces, measured_window
 from testbed.plan import plan_all
 from testbed.readout import columns, cpu as C, fidelity as F
 from testbed.runner.run import _one_line
@@ -219,8 +219,8 @@ def test_late_starts_are_summed_over_ranks_and_missing_for_programs():
 
 
 def test_measured_window_spans_the_measured_iterations():
-    assert F.measured_window({0: trace(0, []), 1: trace(1, [])}) == (10**9, 2 * 10**9 + 10**8)
-    assert F.measured_window({0: trace(0, [], warm_iters=(0, 1, 2))}) is None
+    assert measured_window({0: trace(0, []), 1: trace(1, [])}) == (10**9, 2 * 10**9 + 10**8)
+    assert measured_window({0: trace(0, [], warm_iters=(0, 1, 2))}) is None
 
 
 def write_traces(cell_dir: Path, acts: list[tuple[int, int, int | None]]) -> None:
