@@ -262,11 +262,12 @@ def _tail(filler, it: int):
 
 
 def _start_margin_ns(store) -> int:
-    """The first guess of how far ahead of the last rank's arrival the common start must be
-    set: twice this rank's round trip to the store plus 2 ms. Only the last rank to arrive at
-    the first sync uses its guess; a rank that then hears of the start too late widens the
-    margin at the next sync (testbed.train.sync), which is still the warm-up when there is one."""
-    return store_round_trip_ns(store) * 2 + 2_000_000
+    """The first guess of how far ahead of the last rank's arrival the common start is set:
+    three times this rank's round trip to the store plus 2 ms (a rank as far from the store
+    hears of it two round trips after: tests/train/test_start_sync.py). Only the last rank to
+    arrive at the first sync uses it; a rank that hears of a start too late widens the margin
+    at the next sync (testbed.train.sync), which is still the warm-up when there is one."""
+    return store_round_trip_ns(store) * 3 + 2_000_000
 
 
 def _start_together(sync: StartSync, it: int, await_start=lambda work: work.wait(),
@@ -276,9 +277,8 @@ def _start_together(sync: StartSync, it: int, await_start=lambda work: work.wait
     pipeline bubble; so once every rank has arrived the last of them sets a start time a
     margin ahead (wall clock: shared by the namespaces of one machine, NTP-synchronised across
     lab hosts) and everyone sleeps until then (see testbed.train.sync: the margin widens when
-    a rank was late). Returns 1 if
-    this rank heard of it too late (the start is skewed). ``await_start`` waits for the start
-    time (the filler fills that wait)."""
+    a rank was late). Returns 1 if this rank heard of it too late (the start is skewed).
+    ``await_start`` waits for the start time (the filler fills that wait)."""
     start = sync.agree(it, await_start)
     wait = (start - time.time_ns()) / 1e9
     if wait + offset_s > 0:
