@@ -2,13 +2,9 @@
 ``wait``, ``terminate``, ``kill``, ``returncode``, ``pid``) like every other worker's.
 
 The remote command first prints a marked line with its own pid and start time (``sh -c 'echo
-"testbed-pid $$ <field 22 of /proc/$$/stat>"; read go; exec "$@"'``; exec keeps both), so
-terminate and kill signal exactly that process (``kill -TERM <pid>`` over a second channel),
-never by name, and ``clean`` can tell it from a later process given the same pid
-(``testbed.net.lab.clean``). The shell runs the program only once the controller has read the
-pid and answered ``go`` on its standard input: a start given up on (no pid within
-``PID_TIMEOUT_S``) closes the channel, and the shell, reading end of file, exits instead of
-running a program nobody could stop.
+"testbed-pid $$ <field 22 of /proc/$$/stat>"; exec "$@"'``; exec keeps both), so terminate and
+kill signal exactly that process (``kill -TERM <pid>`` over a second channel), never by name,
+and ``clean`` can tell it from a later process given the same pid (``testbed.net.lab.clean``).
 Its output (stdout and stderr together) is streamed into a local file while it runs. An
 ``on_exit`` hook runs once when the exit is first seen, before ``returncode`` is reported (the
 backend fetches the worker's trace there, so a watcher reading traces sees them).
@@ -44,11 +40,8 @@ FETCH_FAILED = 70
 # marked: the login shell sshd runs the command in may print first (a .bashrc's pyenv, racing
 # other shells over its shims, wrote "pyenv: cannot rehash: …" before it under load).
 PID_MARK = b"testbed-pid "
-# what the shell exits with when the controller gave up before answering (sh's read consumes
-# the answer's line byte by byte, so the program's own standard input starts after it)
-NOT_STARTED = 125
-PID_PREFIX = ["sh", "-c", 'echo "testbed-pid $$ $(cut -d" " -f22 /proc/$$/stat)"; '
-              f'read -r go && [ "$go" = go ] || exit {NOT_STARTED}; exec "$@"', "sh"]
+PID_PREFIX = ["sh", "-c", 'echo "testbed-pid $$ $(cut -d" " -f22 /proc/$$/stat)"; exec "$@"',
+              "sh"]
 
 
 class RemoteProcess:
@@ -76,14 +69,9 @@ class RemoteProcess:
                                         name=f"ssh-out-{host.name}")
         self._reader.start()
         if not self._pid_seen.wait(PID_TIMEOUT_S):
-            self._chan.close()  # the shell reads end of file and never runs the program
+            self._chan.close()
             raise CommandError(self.argv, -1, f"the host's shell reported no pid within "
                                f"{PID_TIMEOUT_S:g} s of starting the process", host.name)
-        if self.pid is not None:  # else the shell ended before printing it: nothing to start
-            try:
-                self._chan.sendall(b"go\n")
-            except (OSError, paramiko.SSHException):  # it ended meanwhile: poll reports how
-                pass
 
     def _pump(self) -> None:
         """Copy the channel's output into the local file; the marked line is the pid (what the
