@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from testbed.errors import CommandError, SpecError
-from testbed.net.lab import process, ssh
+from testbed.net.lab import clocks, process, ssh
 from testbed.net.lab.inventory import load_inventory
 from testbed.net.lab.lab import Lab, local_versions
 from testbed.net.lab.network import RemoteNetwork
@@ -34,6 +34,21 @@ def test_opens_every_host_checks_versions_and_measures_clocks(lab, inventory, kn
             assert abs(c.monotonic_offset_ns) <= max(c.uncertainty_ns, SAME_MACHINE_OFFSET_NS)
             assert c.rtt_ns > 0 and c.samples == 5 and c.ntp
         assert set(opened.netem) == set(opened.conns)
+    finally:
+        opened.close()
+
+
+def test_a_clock_query_that_hangs_leaves_the_state_unknown_and_the_lab_open(
+        lab, inventory, known_hosts, monkeypatch):
+    # the first query stands for a timedatectl that never answers (seen on a loaded box)
+    monkeypatch.setattr(clocks, "NTP_QUERIES", (["sleep", "30"], *clocks.NTP_QUERIES[1:]))
+    monkeypatch.setattr(clocks, "NTP_QUERY_TIMEOUT_S", 1.0)
+    t0 = time.monotonic()
+    opened = Lab.open(inventory, DCS, known_hosts, clock_samples=1)
+    try:
+        assert time.monotonic() - t0 < 30
+        for c in opened.offsets.values():
+            assert c.ntp.startswith("unknown: sleep: timed out after 1 s"), c.ntp
     finally:
         opened.close()
 

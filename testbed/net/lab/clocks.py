@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 from fabric import Connection
 
-from testbed.errors import TestbedError
+from testbed.errors import CommandError, TestbedError
 from testbed.net.lab import ssh
 from testbed.net.lab.inventory import LabHost
 
@@ -86,19 +86,43 @@ def estimate_offset(conn: Connection, host: LabHost, samples: int = DEFAULT_SAMP
         chan.close()
 
 
+# How a host says whether its clock is synchronised: systemd's timedatectl, else chrony's.
+NTP_QUERIES = (["timedatectl", "show", "-p", "NTPSynchronized", "--value"],
+               ["chronyc", "-n", "tracking"])
+NTP_QUERY_TIMEOUT_S = 10.0
+
+
 def ntp_state(conn: Connection, host: LabHost) -> str:
-    """Whether the host's clock is synchronised: ``timedatectl`` (systemd), else ``chronyc``."""
-    r = ssh.run(conn, host, ["timedatectl", "show", "-p", "NTPSynchronized", "--value"],
-                check=False, timeout=10)
-    if r.returncode == 0 and r.stdout.strip() in ("yes", "no"):
-        return "synchronised" if r.stdout.strip() == "yes" else "not synchronised"
-    c = ssh.run(conn, host, ["chronyc", "-n", "tracking"], check=False, timeout=10)
-    if c.returncode == 0:
-        leap = next((ln.split(":", 1)[1].strip() for ln in c.stdout.splitlines()
-                     if ln.startswith("Leap status")), "")
-        return "synchronised" if leap == "Normal" else "not synchronised"
-    why = (r.stderr or r.stdout or c.stderr or c.stdout).strip().splitlines()
-    return "unknown: " + (why[-1] if why else "neither timedatectl nor chronyc answered")
+    """Whether the host's clock is synchronised: ``timedatectl`` (systemd), else ``chronyc``.
+    The answer only informs (a warning, the ledger's clock record), so a query that fails or
+    does not answer within NTP_QUERY_TIMEOUT_S makes it ``unknown: …`` and never fails the
+    lab: under load a host without systemd was seen to leave timedatectl hanging."""
+    why = []
+    for argv in NTP_QUERIES:
+        try:
+            r = ssh.run(conn, host, argv, check=False, timeout=NTP_QUERY_TIMEOUT_S)
+        except CommandError as e:  # timed out, or no channel
+            why.append(f"{argv[0]}: {e.output}")
+            continue
+        state = _ntp_answer(argv[0], r.returncode, r.stdout)
+        if state is not None:
+            return state
+        lines = (r.stderr or r.stdout).strip().splitlines()
+        why.append(lines[-1] if lines else f"{argv[0]} exited {r.returncode}")
+    return "unknown: " + (why[0] if why else "neither timedatectl nor chronyc answered")
+
+
+def _ntp_answer(tool: str, code: int, out: str) -> str | None:
+    """What one tool's answer says, or None when it did not say."""
+    if code != 0:
+        return None
+    if tool == "timedatectl":
+        if out.strip() not in ("yes", "no"):
+            return None
+        return "synchronised" if out.strip() == "yes" else "not synchronised"
+    leap = next((ln.split(":", 1)[1].strip() for ln in out.splitlines()
+                 if ln.startswith("Leap status")), "")
+    return "synchronised" if leap == "Normal" else "not synchronised"
 
 
 def measure(conn: Connection, host: LabHost, samples: int = DEFAULT_SAMPLES) -> ClockOffset:
