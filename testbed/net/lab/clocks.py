@@ -108,6 +108,8 @@ def ntp_state(conn: Connection, host: LabHost) -> str:
         if state is not None:
             return state
         lines = (r.stderr or r.stdout).strip().splitlines()
+        if r.returncode == -1:  # no exit status came back: the timeout passed
+            lines = [f"{argv[0]}: timed out after {NTP_QUERY_TIMEOUT_S:g} s"]
         why.append(lines[-1] if lines else f"{argv[0]} exited {r.returncode}")
     return "unknown: " + (why[0] if why else "neither timedatectl nor chronyc answered")
 
