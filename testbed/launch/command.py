@@ -167,6 +167,13 @@ def program_argv(python: str, argv: list[str], cell_file: PurePath,
             "--", *argv[1:]]
 
 
+def instrument_args(argv: list[str], python: str) -> list[str] | None:
+    """The instrument's arguments when ``argv`` (a ``Command``'s) runs a program under it
+    (``program_argv``'s form, files already placed), else None."""
+    head = [python, "-m", INSTRUMENT_MODULE]
+    return list(argv[len(head):]) if argv[:len(head)] == head else None
+
+
 def program_env(job: RankJob, env: dict[str, str], cell_file: PurePath,
                 out_dir: PurePath) -> dict[str, str]:
     """What torchrun would give the program on its host: torchrun's defaults, overridden by

@@ -8,7 +8,6 @@ program's control run (``run_program_local``) is the program as ``torchrun --npr
 from __future__ import annotations
 
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
@@ -16,11 +15,13 @@ from typing import Callable
 from testbed.cell.celldir import CellDir
 from testbed.cell.cellfile import CellFile
 from testbed.topology import single_host_placement
-from testbed.launch.command import (WORKER_MODULE, RankJob, program_argv, program_env,
-                                    program_files, remote_argv, worker_args, worker_env)
+from testbed.launch.command import (WORKER_MODULE, RankJob, instrument_args, program_argv,
+                                    program_env, program_files, remote_argv, worker_args,
+                                    worker_env)
+from testbed.launch.interpreters import PROGRAM_ENTRY, Interpreters
 from testbed.launch.pool import RankPool
 from testbed.launch.supervise import start_logged, watch_workers
-from testbed.process import ProcessHandle, stop_process, stop_processes
+from testbed.process import ProcessHandle, stop_processes
 from testbed.train.zygote import TORCH_EXECUTOR
 from testbed.schedule.ir import Schedule
 from testbed.spec import Workload
@@ -80,27 +81,34 @@ def run_local(w: Workload, out: Path, timeout_s: float = 300, extra: list[str] =
 
 
 def run_program_local(w: Workload, out: Path, timeout_s: float,
-                      finished: Callable[[], set[int]] | None = None) -> dict[int, str]:
+                      finished: Callable[[], set[int]] | None = None,
+                      interpreters: Interpreters | None = None) -> dict[int, str]:
     """Run ``w``'s program on every rank over loopback, each rank in its own working
     directory under ``out`` (traces and logs in ``out``, as in a cell directory); waits as
     the runner does (``watch_workers``, with ``finished``) and returns what ranks did at exit
-    when not a clean 0. Raises WorkerError on failure or timeout."""
+    when not a clean 0. A ``python …`` program is forked from ``interpreters``' program
+    interpreter when given, as the runner forks it (unless its ``start`` is ``process``).
+    Raises WorkerError on failure or timeout."""
     cell = write_cell(w, out)
     d, port, world = CellDir(Path(out)), free_port(), w.world_size
     files = {n: f.resolve() for n, f in program_files(w.program.argv, w.program.files,
                                                       w.base_dir).items()}
     argv = remote_argv(program_argv(sys.executable, w.program.argv, cell, Path(out)), files)
-    procs: dict[int, subprocess.Popen] = {}
+    args = instrument_args(argv, sys.executable) if w.program.start == "fork" else None
+    procs: dict[int, ProcessHandle] = {}
     try:
         for rank in range(world):
             job = RankJob(rank, world, LOOPBACK, port, "lo", timeout_s, rank, world,
                           machine_ranks=world, run_id="control")
             work = Path(d.rank_dir(rank))
             work.mkdir(parents=True, exist_ok=True)
-            procs[rank] = start_logged(argv, program_env(job, w.program.env, cell, Path(out)),
-                                       Path(d.worker_log(rank)), cwd=work)
+            env, log = program_env(job, w.program.env, cell, Path(out)), Path(d.worker_log(rank))
+            if interpreters is not None and args is not None:
+                procs[rank] = interpreters.for_program(env).start(
+                    None, PROGRAM_ENTRY, args, env, log, cwd=work, fresh=True)
+            else:
+                procs[rank] = start_logged(argv, env, log, cwd=work)
     except BaseException:
-        for p in procs.values():
-            stop_process(p)
+        stop_processes(list(procs.values()))
         raise
     return watch_workers(procs, timeout_s, Path(out), finished=finished)

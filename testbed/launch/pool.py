@@ -104,8 +104,12 @@ class RankPool:
     network namespaces on this machine. A context manager: closing it ends the zygote and,
     with it, any rank still running."""
 
-    def __init__(self, python: str, warm: tuple[str, ...] = (TORCH_EXECUTOR,)):
-        self.python, self.warm_modules = python, warm
+    def __init__(self, python: str, warm: tuple[str, ...] = (TORCH_EXECUTOR,),
+                 entries: tuple[str, ...] = (), env: dict[str, str] | None = None):
+        """``entries``: the modules whose ``main`` ranks run (default: the built-in worker);
+        ``warm``: modules only imported; ``env``: added to the zygote's environment."""
+        self.python, self.warm_modules, self.entries = python, warm, entries
+        self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self.exits: dict[int, int] = {}
         self._replies: list[dict[str, Any]] = []
@@ -127,8 +131,10 @@ class RankPool:
             log.warning("%s; starting a new one", self._death())
             self._forget()
         if self.proc is None:
-            argv = [self.python, "-m", ZYGOTE_MODULE, *self.warm_modules]
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            argv = [self.python, "-m", ZYGOTE_MODULE,
+                    *(a for e in self.entries for a in ("--entry", e)), *self.warm_modules]
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         env=dict(os.environ, **self.env))
             os.set_blocking(self.proc.stdout.fileno(), False)
             log.info("rank interpreter started (pid %d)", self.proc.pid)
 
@@ -144,15 +150,18 @@ class RankPool:
         return zygote is not self.proc or self._eof
 
     def start(self, netns: str | None, module: str, args: list[str], env: dict[str, str],
-              log_path: PurePath, cwd: PurePath | None = None) -> PooledRank:
+              log_path: PurePath, cwd: PurePath | None = None,
+              fresh: bool = False) -> PooledRank:
         """Fork ``module``'s ``main(args)`` inside the network namespace at ``netns`` (None:
         the zygote's own) with ``env`` added, stdout and stderr appended to ``log_path``, in
-        ``cwd``. Raises WorkerError when the zygote refuses or has died, MachineError when it
-        never got ready."""
+        ``cwd``; ``fresh``: made to look like a new interpreter (a user's program, see
+        ``testbed.train.zygote``). Raises WorkerError when the zygote refuses or has died,
+        MachineError when it never got ready."""
         self._await_ready()
         self._next_id += 1
         req = {"id": self._next_id, "module": module, "args": args, "env": env,
-               "netns": netns, "log": str(log_path), "cwd": None if cwd is None else str(cwd)}
+               "netns": netns, "log": str(log_path), "cwd": None if cwd is None else str(cwd),
+               "fresh": fresh}
         try:
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()

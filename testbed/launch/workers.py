@@ -13,14 +13,17 @@ from __future__ import annotations
 import logging
 import sys
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Collection
 
 from testbed.cell.celldir import CellDir
 from testbed.errors import WorkerError, writing
 from testbed.launch.command import (MASTER_PORT, WORKER_MODULE, Command, RankJob,
-                                    cuda_device, program_argv, program_env, program_files,
-                                    remote_argv, worker_args, worker_argv, worker_env)
+                                    cuda_device, instrument_args, program_argv, program_env,
+                                    program_files, remote_argv, worker_args, worker_argv,
+                                    worker_env)
+from testbed.launch.interpreters import PROGRAM_ENTRY, Interpreters
 from testbed.launch.pool import RankPool
 from testbed.launch.rdma import unshaped_rdma_hosts
 from testbed.net.network import Network, Node
@@ -33,11 +36,12 @@ log = logging.getLogger(__name__)
 
 
 def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitStack,
-                  pool: RankPool | None = None) -> dict[int, ProcessHandle]:
+                  interpreters: Interpreters | None = None) -> dict[int, ProcessHandle]:
     """Start one worker (or the workload's program) per rank of ``plan`` inside its host (the
     ranks of one host share it and its run directory); each
-    is stopped when ``stack`` closes (also on failure). Built-in workers on hosts of this
-    machine are forked from ``pool`` when given (see testbed.launch.pool). Returns rank →
+    is stopped when ``stack`` closes (also on failure). Ranks on hosts of this machine are
+    forked from ``interpreters`` when given: built-in workers always, a ``python …`` program
+    unless its ``start`` is ``process`` (see testbed.launch.interpreters). Returns rank →
     process handle; raises WorkerError (before any rank starts) when a host has fewer GPUs
     than ranks, RefusedError when NCCL could reach the other DCs over RDMA, which tc cannot
     shape, and the experiment did not opt in (``testbed.launch.rdma``)."""
@@ -55,9 +59,10 @@ def start_workers(net: Network, plan: CellPlan, cell_dir: CellDir, stack: ExitSt
             net.put(node, Path(cell_dir.cell_file), there.cell_file)
             copied.add(node)
         command = _command(net, node, plan, jobs[slot.rank], cell_dir, there)
-        if pool is not None and _poolable(net, node, plan, cell_dir, there):
-            procs[slot.rank] = _fork(pool, net, node, jobs[slot.rank], cell_dir, there,
-                                     command.env, stack)
+        fork = _fork_of(interpreters, net, node, plan, command, cell_dir, there)
+        if fork is not None:
+            procs[slot.rank] = _fork(fork, net, node, jobs[slot.rank], cell_dir, command,
+                                     stack)
         else:
             procs[slot.rank] = _start(net, node, jobs[slot.rank], command, cell_dir, there,
                                       stack)
@@ -112,17 +117,38 @@ def rank_job(net: Network, slot: Slot, slots: list[Slot], timeout_s: float,
                    host_id=f"{run_id}-{node.name}", rdma_allowed=node.name in rdma_hosts)
 
 
-def _poolable(net: Network, node: Node, plan: CellPlan, here: CellDir, there: CellDir) -> bool:
-    """A built-in worker on a host of this machine (it sees the cell directory as it is)."""
-    return (plan.experiment.workload.program is None and there.root == here.root
-            and net.netns_file(node) is not None)
+@dataclass(frozen=True)
+class _Fork:
+    """How a rank is forked: from which interpreter, which entry module with which
+    arguments, and whether made to look like a new interpreter (a program)."""
+
+    pool: RankPool
+    module: str
+    args: list[str]
+    fresh: bool
 
 
-def _fork(pool: RankPool, net: Network, node: Node, job: RankJob, here: CellDir,
-          there: CellDir, env: dict[str, str], stack: ExitStack) -> ProcessHandle:
-    rank = pool.start(net.netns_file(node), WORKER_MODULE,
-                      worker_args(there.cell_file, there.root), env,
-                      here.worker_log(job.rank))
+def _fork_of(interpreters: Interpreters | None, net: Network, node: Node, plan: CellPlan,
+             command: Command, here: CellDir, there: CellDir) -> _Fork | None:
+    """How the rank is forked, or None where it starts as a process of its own: a host not of
+    this machine (or one that sees the cell directory elsewhere), a program that is not
+    ``python …`` or whose ``start`` is ``process``."""
+    if interpreters is None or there.root != here.root or net.netns_file(node) is None:
+        return None
+    program = plan.experiment.workload.program
+    if program is None:
+        return _Fork(interpreters.for_worker(), WORKER_MODULE,
+                     worker_args(there.cell_file, there.root), False)
+    args = instrument_args(command.argv, sys.executable)
+    if program.start != "fork" or args is None:
+        return None
+    return _Fork(interpreters.for_program(command.env), PROGRAM_ENTRY, args, True)
+
+
+def _fork(fork: _Fork, net: Network, node: Node, job: RankJob, here: CellDir,
+          command: Command, stack: ExitStack) -> ProcessHandle:
+    rank = fork.pool.start(net.netns_file(node), fork.module, fork.args, command.env,
+                           here.worker_log(job.rank), cwd=command.cwd, fresh=fork.fresh)
     net.ledger.add_process(rank.pid)  # `clean` stops it if this process dies
     stack.callback(stop_process, rank)
     return rank

@@ -5,9 +5,9 @@ network is torn down when the topology changes, after a failed cell, and at the 
 sweep (always, also on interrupt). The cell's plan is made before the sweep starts; nothing
 here re-plans.
 
-Built-in workers on this machine are forked from one pre-started interpreter
-(``testbed.launch.pool``), so the import of torch is paid once per sweep, not per rank and
-cell; programs and ranks on lab hosts start as processes of their own.
+Ranks on this machine are forked from pre-started interpreters (``testbed.launch.interpreters``:
+the built-in worker's, and one for ``python …`` programs), so the import of torch is paid once
+per sweep, not per rank and cell; ranks on lab hosts start as processes of their own.
 
 Every process the runner started is watched while a cell runs (``_check_parts``: the rank
 interpreter, the shaper's delay lines; the ranks in ``watch_workers``; the link probes through
@@ -25,7 +25,7 @@ from typing import Any
 
 from testbed.cell.celldir import CellDir
 from testbed.errors import RefusedError, StorageError, TestbedError, writing
-from testbed.launch.pool import RankPool
+from testbed.launch.interpreters import Interpreters
 from testbed.launch.rdma import unshaped_rdma_hosts
 from testbed.launch.supervise import watch_workers
 from testbed.launch.workers import start_workers
@@ -57,15 +57,19 @@ class CellRunner:
     """Runs the planned cells of one experiment on one backend; a context manager so that the
     backend is opened and the shaper chosen once per sweep. ``warm`` (the default) keeps the
     network, the pre-started interpreter and link measurements across cells; without it every
-    cell starts from scratch (a new network, a process per rank, links measured again)."""
+    cell starts from scratch (a new network, a process per rank, links measured again).
+    ``interpreters`` (made here when not given, and closed on exit) start only when a cell
+    uses them, except the built-in worker's, started at once (its import overlapping the
+    first network's build) unless ``built_in`` says no cell runs the built-in worker."""
 
     def __init__(self, backend: Backend, requested_shaper: str, store: RunStore,
-                 warm: bool = True, controls: dict[str, dict] | None = None):
+                 warm: bool = True, controls: dict[str, dict] | None = None,
+                 interpreters: Interpreters | None = None, built_in: bool = True):
         self.backend, self.requested_shaper, self.store = backend, requested_shaper, store
         self.controls = controls or {}  # programs' control runs (testbed.runner.control)
         self.shaper_name = ""
-        self.warm = warm
-        self.pool = RankPool(sys.executable) if warm else None
+        self.warm, self.built_in = warm, built_in
+        self.pool = (interpreters or Interpreters(sys.executable)) if warm else None
         self.live: LiveNetwork | None = None
 
     def __enter__(self) -> "CellRunner":
@@ -77,8 +81,8 @@ class CellRunner:
             raise
         log.info("shaper %s: %s", self.shaper_name, reason)
         self.live = LiveNetwork(self.backend, self.shaper_name)
-        if self.backend.hosts_here and self.pool is not None:
-            self.pool.warm()  # torch's import overlaps building the first network
+        if self.backend.hosts_here and self.pool is not None and self.built_in:
+            self.pool.worker.warm()  # torch's import overlaps building the first network
         return self
 
     def __exit__(self, *exc) -> None:
@@ -97,12 +101,11 @@ class CellRunner:
         traffic over RDMA, unshaped, and the experiment did not opt in (exit 2)."""
         row = self._base_row(plan, repeat)
         t0 = time.monotonic()
-        forked = self._forks(plan)
-        if forked:
-            self.pool.warm()  # one that died since the cell before is replaced
+        if self.pool is not None:
+            self.pool.begin_cell()  # a dead interpreter is replaced when the cell uses it
         try:
             row.update(self._run(plan, repeat, CellDir(self.store.cell_dir(plan.cell.cell_id,
-                                                                           repeat)), forked, row))
+                                                                           repeat)), row))
             row["status"], row["error"] = "ok", ""
         except StorageError:
             raise
@@ -110,7 +113,7 @@ class CellRunner:
             log.error("%s", e)
             raise
         except TestbedError as e:
-            error, dead = str(e), self._dead_part(forked)
+            error, dead = str(e), self._dead_part()
             if dead is not None and str(dead) not in error:  # the part that died comes first
                 error = f"{dead}; also: {error}"
             log.warning("cell %s failed: %s", plan.cell.cell_id, error)
@@ -139,36 +142,29 @@ class CellRunner:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
-    def _forks(self, plan: CellPlan) -> bool:
-        """Whether the cell's ranks are forked from the pre-started interpreter."""
-        return (self.pool is not None and self.backend.hosts_here
-                and plan.experiment.workload.program is None)
-
-    def _check_parts(self, forked: bool) -> None:
+    def _check_parts(self) -> None:
         """Cheap, polled while a cell runs: raises the error naming a part this runner started
-        that died (the rank interpreter where the cell's ranks come from it, a delay line)."""
-        if forked:
+        that died (a rank interpreter the cell's ranks come from, a delay line)."""
+        if self.pool is not None:
             self.pool.check_alive()
         if self.live.shaper is not None:
             self.live.shaper.check_alive()
 
-    def _dead_part(self, forked: bool) -> TestbedError | None:
+    def _dead_part(self) -> TestbedError | None:
         """The error naming a part that died (see ``_check_parts``); None while all run."""
         try:
-            self._check_parts(forked)
+            self._check_parts()
         except TestbedError as e:
             return e
         return None
 
-    def _run(self, plan: CellPlan, repeat: int, cell_dir: CellDir, forked: bool,
+    def _run(self, plan: CellPlan, repeat: int, cell_dir: CellDir,
              marks: dict[str, Any]) -> dict[str, Any]:
         """The cell's measured columns; ``marks`` (its row) is told at once which hosts run
         NCCL on RDMA, unshaped, so that the row says so even if the cell fails later."""
         exp = plan.experiment
 
-        def check() -> None:
-            self._check_parts(forked)
-
+        check = self._check_parts
         with writing(cell_dir.cell_file):
             plan.cell_file(self.store.run_id, repeat).write(Path(cell_dir.cell_file))
         clock = _Phases()

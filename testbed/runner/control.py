@@ -17,6 +17,7 @@ from typing import Any
 
 from testbed.cell.celldir import CellDir
 from testbed.errors import StorageError, TestbedError, writing
+from testbed.launch.interpreters import Interpreters
 from testbed.launch.loopback import run_program_local
 from testbed.plan import CellPlan
 from testbed.readout.control import control_key, control_metrics, wants_control
@@ -30,9 +31,11 @@ CONTROL_DIR = "control"
 CONTROL_JSON = "control.json"
 
 
-def run_controls(plans: list[CellPlan], run_root: Path, say=print) -> dict[str, dict]:
+def run_controls(plans: list[CellPlan], run_root: Path, say=print,
+                 interpreters: Interpreters | None = None) -> dict[str, dict]:
     """Run (or reuse, on resume) one control run per distinct workload that asks for one;
-    key → its metrics, or {"error": …} when it failed (its rows then say so)."""
+    key → its metrics, or {"error": …} when it failed (its rows then say so). Its ranks are
+    forked from ``interpreters`` when given, as the cells' are."""
     out: dict[str, dict] = {}
     for plan in plans:
         w = plan.experiment.workload
@@ -46,19 +49,20 @@ def run_controls(plans: list[CellPlan], run_root: Path, say=print) -> dict[str, 
             continue
         say(f"control run {key} (cell {plan.cell.cell_id}): the program over loopback, "
             f"no emulated network")
-        out[key] = _run_one(w, d, plan.experiment.timeout_s)
+        out[key] = _run_one(w, d, plan.experiment.timeout_s, interpreters)
         atomic_write(saved, json.dumps(out[key], indent=2).encode())
         log.info("control run %s: %s", key, out[key])
     return out
 
 
-def _run_one(w: Workload, d: Path, timeout_s: float) -> dict[str, Any]:
+def _run_one(w: Workload, d: Path, timeout_s: float,
+             interpreters: Interpreters | None) -> dict[str, Any]:
     with writing(d, "create"):
         d.mkdir(parents=True, exist_ok=True)
     watches = {r: IterationWatch(Path(CellDir(d).trace(r))) for r in range(w.world_size)}
     try:
         exits = run_program_local(w, d, timeout_s, lambda: {
-            r for r, x in watches.items() if x.done() >= w.iterations})
+            r for r, x in watches.items() if x.done() >= w.iterations}, interpreters)
         return control_metrics(d, w, finished=not exits)
     except StorageError:
         raise

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -24,6 +24,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from testbed.errors import (EXIT_CELLS_FAILED, EXIT_OK, Problem, SpecError, StorageError,
                             writing)
+from testbed.launch.interpreters import Interpreters
 from testbed.net.backends import backend_class, experiment_backend
 from testbed.plan import CellPlan, emulation_problems, plan_all
 from testbed.runner.cell import CellRunner
@@ -156,12 +157,17 @@ def run_experiment(le: LoadedExperiment, opts: RunOptions,
     console.print(f"run [bold]{store.root}[/]: {len(todo)} of {len(plans) * exp.repeat} "
                   f"cell runs to do")
     try:
-        with _run_log(log_handler), _signals_as_interrupt():
-            # before any network or rank interpreter exists: nothing else of the harness runs
+        with _run_log(log_handler), _signals_as_interrupt(), \
+                nullcontext() if opts.cold else Interpreters(sys.executable) as interpreters:
+            # before any network exists (a program interpreter is started only for a
+            # control run that forks its ranks): nothing else of the harness runs
             controls = run_controls([p for p, _ in todo], store.root,
-                                    say=lambda m: console.print(m, highlight=False))
+                                    say=lambda m: console.print(m, highlight=False),
+                                    interpreters=interpreters)
+            built_in = any(p.experiment.workload.program is None for p, _ in todo)
             with CellRunner(experiment_backend(exp, Path(le.path).parent), exp.shaper, store,
-                            warm=not opts.cold, controls=controls) as runner:
+                            warm=not opts.cold, controls=controls, interpreters=interpreters,
+                            built_in=built_in) as runner:
                 _sweep(todo, runner, store, console, opts.quiet)
     except StorageError as e:  # the network is down (the runner's exit); rows so far kept
         raise e.with_hint(f"{store.csv_path} keeps the rows written before; continue with "

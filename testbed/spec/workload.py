@@ -3,13 +3,13 @@ compute, filler, program). What they cost (sizes, FLOPs, times) is ``testbed.spe
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from testbed.spec.gradsync import GradientSync, first_measured_sync
+from testbed.spec.program import Program
 from testbed.topology import Strict
 from testbed.schedule.registry import CROSS_DC_SCHEDULES, SCHEDULES
 
@@ -99,48 +99,6 @@ class Filler(Strict):
 
 # the schedule name of a workload whose schedule comes from workload.schedule_file
 CUSTOM_SCHEDULE = "custom"
-# the named groups program.iteration_regex may give an iteration's time in
-ITERATION_GROUPS = ("seconds", "ms")
-
-
-class Program(Strict):
-    """Your own torchrun-compatible program, run on every rank's host instead of the built-in
-    worker (working directory: the experiment file's directory)."""
-
-    argv: list[str] = Field(min_length=1, description="the command; 'python' as argv[0] means "
-                                                      "the interpreter testbed runs under")
-    env: dict[str, str] = Field(default_factory=dict, description="added to each rank's "
-                                                                  "environment")
-    files: list[str] = Field(default_factory=list,
-                             description="files (relative to the experiment file) copied to "
-                                         "remote hosts besides those argv names")
-    iteration_regex: str | None = Field(
-        None, description="a regex matching once per iteration in the output of the first "
-                          "rank that prints it, with a named group 'seconds' or 'ms' giving "
-                          "that iteration's time")
-    control: bool = Field(
-        False, description="first run the program once per distinct workload over loopback "
-                           "on this machine, as torchrun --nproc_per_node would, with no "
-                           "emulated network: each row then gives the program's own "
-                           "iteration time and bubble there, what the emulated network "
-                           "added, and how much its compute stretched (degraded beyond the "
-                           "fidelity threshold)")
-
-    @field_validator("iteration_regex")
-    @classmethod
-    def _regex_has_time(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            groups = re.compile(v).groupindex
-        except re.error as e:
-            raise ValueError(f"not a regular expression: {e}") from None
-        if not any(g in groups for g in ITERATION_GROUPS):
-            raise ValueError("needs a named group (?P<seconds>...) or (?P<ms>...) holding the "
-                             "iteration's time")
-        return v
-
-
 class Workload(Strict):
     """The training job run in every cell."""
 

@@ -6,10 +6,15 @@ would pay both for every rank of every cell. This process pays them once: it imp
 namespace, takes its environment, working directory and log, and runs the worker's ``main``;
 the pages torch filled at import stay shared with the zygote (copy-on-write).
 
+Command line: ``python -m testbed.train.zygote [--entry MODULE]… [WARM…]``: the modules whose
+``main(args)`` a child may run (default: the built-in worker), then modules only imported.
+
 Protocol, one JSON object per line:
 
 - stdin → ``{"id": N, "module": M, "args": [...], "env": {...}, "netns": PATH,
-  "log": PATH, "cwd": PATH | null}``; ``M`` must be one of ``PRELOADED``;
+  "log": PATH, "cwd": PATH | null, "fresh": BOOL}``; ``M`` must be an entry module. With
+  ``fresh`` the child is made to look like a new interpreter started with the zygote's own
+  start-up environment plus ``env`` (``_as_new_interpreter``): how a user's program is run;
 - stdout ← ``{"ready": true}`` once the imports are done; ``{"id": N, "pid": P}`` or
   ``{"id": N, "error": TEXT}`` per request; ``{"pid": P, "exit": CODE}`` when a child ends
   (CODE < 0: killed by signal −CODE, as subprocess reports it).
@@ -24,12 +29,16 @@ import gc
 import importlib
 import json
 import os
+import random
 import select
 import signal
 import sys
 from typing import Any
 
-PRELOADED = ("testbed.train.worker",)
+# the environment this interpreter was started with, before anything imported changed it
+START_ENV = dict(os.environ)
+
+WORKER_ENTRY = "testbed.train.worker"
 # imported by the worker only where it is used; the runner's zygote warms it (its command line
 # names the modules to warm: ``python -m testbed.train.zygote [MODULE…]``)
 TORCH_EXECUTOR = "testbed.train.torch_executor"
@@ -73,15 +82,42 @@ def _child(req: dict[str, Any], modules: dict[str, Any]) -> None:
             enter_netns(req["netns"])
         if req.get("cwd"):
             os.chdir(req["cwd"])
-        os.environ.update(req["env"])
+        module = modules[req["module"]]
+        if req.get("fresh"):
+            _as_new_interpreter(req["env"], module)
+        else:
+            os.environ.update(req["env"])
         sys.argv = [req["module"], *req["args"]]
-        code = modules[req["module"]].main(req["args"])
+        code = module.main(req["args"])
     except BaseException as e:  # noqa: BLE001 — the child must end here, whatever happened
         print(f"zygote child: {type(e).__name__}: {e}", file=sys.stderr)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code if isinstance(code, int) else 1)
+
+
+def _as_new_interpreter(env: dict[str, str], module: Any) -> None:
+    """What ``python -m MODULE`` started here with ``env`` added would differ in, undone:
+    its environment is exactly START_ENV plus ``env``; SIGINT raises KeyboardInterrupt and
+    SIGPIPE is ignored (Python's own start-up settings); ``sys.path[0]`` is the working
+    directory; ``random`` (and numpy's global generator, if imported) is seeded anew, since a
+    fork would otherwise repeat the zygote's sequence on every rank. The entry module's
+    ``forked()`` is then called, if it has one, to take the new environment as its own.
+    What cannot be undone (the hash seed, what was read from the environment at start-up) is
+    why the caller forks only where that start-up environment is the zygote's."""
+    os.environ.clear()
+    os.environ.update(START_ENV)
+    os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    if not sys.flags.safe_path and sys.path:
+        sys.path[0] = os.getcwd()
+    random.seed()
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
+    if hasattr(module, "forked"):
+        module.forked()
 
 
 def _say(obj: dict[str, Any]) -> None:
@@ -94,7 +130,7 @@ def _spawn(line: bytes, modules: dict[str, Any]) -> int | None:
     try:
         req = json.loads(line)
         if req.get("module") not in modules:
-            raise ValueError(f"module {req.get('module')!r} is not preloaded")
+            raise ValueError(f"module {req.get('module')!r} is not preloaded as an entry")
     except ValueError as e:
         _say({"id": None, "error": str(e)})
         return None
@@ -117,11 +153,11 @@ def _reap(children: set[int]) -> None:
         _say({"pid": pid, "exit": os.waitstatus_to_exitcode(status)})
 
 
-def serve(warm: list[str]) -> int:
-    """Import the preloaded modules and those to ``warm``, say ready, then fork a rank per
+def serve(entries: list[str], warm: list[str]) -> int:
+    """Import the entry modules and those to ``warm``, say ready, then fork a rank per
     request until stdin ends."""
     die_with_parent()
-    modules = {m: importlib.import_module(m) for m in PRELOADED}
+    modules = {m: importlib.import_module(m) for m in entries}
     for m in warm:
         importlib.import_module(m)
     gc.collect()
@@ -151,5 +187,17 @@ def serve(warm: list[str]) -> int:
     return 0
 
 
+def command_line(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(entry modules, modules to warm) from ``[--entry MODULE]… [WARM…]``."""
+    entries, warm = [], []
+    it = iter(argv)
+    for a in it:
+        if a == "--entry":
+            entries.append(next(it))
+        else:
+            warm.append(a)
+    return entries or [WORKER_ENTRY], warm
+
+
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1:]))
+    sys.exit(serve(*command_line(sys.argv[1:])))

@@ -28,6 +28,7 @@ from testbed.spec import load_experiment
 pytestmark = [pytest.mark.root, pytest.mark.torch]
 ROOT = Path(__file__).resolve().parents[2]
 EXP = ROOT / "tests" / "runner" / "exps" / "deadparts.yaml"
+PROGRAM_EXP = EXP.with_name("deadparts-program.yaml")  # the same sweep, a user's program
 FAIL_WITHIN_S = 5.0       # the issue's target for any kill at any moment of a cell
 FIRST_RANKS_S = 180.0     # the interpreter imports torch first: slow on a busy 2-core machine
 SWEEP_S = 300.0
@@ -41,10 +42,10 @@ class Sweep:
     """``testbed run`` of deadparts.yaml in the background; the pids of what it started come
     from its run.log (every process the runner starts is logged with its pid)."""
 
-    def __init__(self, results: Path):
+    def __init__(self, results: Path, exp: Path = EXP):
         self.results = results
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "testbed", "run", str(EXP), "--results", str(results),
+            [sys.executable, "-m", "testbed", "run", str(exp), "--results", str(results),
              "--quiet"], cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
         self.output = ""
@@ -120,6 +121,13 @@ def sweep(tmp_path):
     s.stop()
 
 
+@pytest.fixture
+def program_sweep(tmp_path):
+    s = Sweep(tmp_path, PROGRAM_EXP)
+    yield s
+    s.stop()
+
+
 def cell_running(sweep: Sweep, cell: int) -> dict[int, int]:
     """Pid by rank of cell ``cell`` (1-based) once its ranks have run for a second."""
     ranks = sweep.wait_for(f"cell {cell}'s ranks", lambda: len(sweep.ranks()) >= cell
@@ -159,6 +167,21 @@ def test_the_interpreter_killed_during_a_cell_fails_it_and_the_next_cell_has_a_n
     rows = sweep.finish()
     assert_recovered(sweep, rows, failed=1)
     assert len(set(sweep.interpreters())) == 2  # the later cells' ranks came from a new one
+
+
+@pytest.mark.slow  # a 3-cell sweep of a program: 26 s alone
+def test_the_program_interpreter_killed_during_a_cell_fails_it_and_the_next_has_a_new_one(
+        program_sweep):
+    sweep = program_sweep
+    cell_running(sweep, 1)
+    (zygote,) = sweep.interpreters()  # the program's: no cell runs the built-in worker
+    os.kill(zygote, signal.SIGKILL)
+    row, took = sweep.row_after(1, time.monotonic())
+    assert row["status"] == "failed", row
+    assert f"the rank interpreter (pid {zygote}) died with signal 9 (SIGKILL)" in row["error"]
+    assert took < FAIL_WITHIN_S, (took, row["error"])
+    assert_recovered(sweep, sweep.finish(), failed=1)
+    assert len(set(sweep.interpreters())) == 2
 
 
 @pytest.mark.slow  # a 3-cell sweep: 20 s alone, up to 46 s beside other tests

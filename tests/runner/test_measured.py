@@ -17,7 +17,7 @@ from testbed.plan import plan_cell
 from testbed.readout.program import log_times, program_metrics
 from testbed.readout.series import series_csv
 from testbed.spec import PROJECT_ROOT, load_experiment
-from testbed.spec.workload import Program
+from testbed.spec.program import Program
 
 REGEX = r"took (?P<ms>[0-9.]+) ms"
 S = 10**9  # ns per second

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.cell.cellfile import CellFile, CellFileError
-from testbed.train.instrument import ENV_AT_START, Instrument, install
+import testbed.train.instrument as instrument
+from testbed.train.instrument import Instrument, install
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -36,9 +37,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _run(program: list[str]) -> None:
     """Run ``program`` as ``python PROGRAM…`` would: sys.argv, sys.path[0], __main__, and the
     environment it was started with."""
-    for key in set(os.environ) - set(ENV_AT_START):
+    start_env = instrument.ENV_AT_START
+    for key in set(os.environ) - set(start_env):
         del os.environ[key]
-    os.environ.update(ENV_AT_START)
+    os.environ.update(start_env)
     if program[0] == "-m":
         sys.argv = program[1:]
         runpy.run_module(program[1], run_name="__main__", alter_sys=True)
@@ -46,6 +48,13 @@ def _run(program: list[str]) -> None:
         sys.argv = list(program)
         sys.path.insert(0, str(Path(program[0]).resolve().parent))
         runpy.run_path(program[0], run_name="__main__")
+
+
+def forked() -> None:
+    """In a rank forked from the pre-started interpreter (``testbed.train.zygote``), which
+    imported torch before this rank's environment was set: that environment is the one the
+    program starts with."""
+    instrument.ENV_AT_START = dict(os.environ)
 
 
 def main(argv: list[str] | None = None) -> int:

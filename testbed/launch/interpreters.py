@@ -1,0 +1,92 @@
+"""The pre-started interpreters of one sweep on this machine: the built-in worker's, and one for
+users' programs (``workload.program.start: fork``, the default).
+
+A ``python …`` program under torchrun is a new interpreter per rank, and each imports torch:
+seconds of CPU per rank, paid by every rank of every cell at once on the box that emulates
+them all. Here one interpreter imports the instrument (and so torch and ``torch.optim``, as a
+new instrument process does before it runs the program) and forks each rank, made to look like
+a new interpreter (``testbed.train.zygote``): its environment is the one it would have been
+started with, ``sys.path[0]`` its working directory, Python's signal settings, ``random``
+seeded anew.
+
+What a fork cannot give a rank is what an interpreter reads from its environment while it
+starts: Python's own ``PYTHON*`` variables and what native libraries read when loaded
+(OpenMP's ``OMP_*``/``GOMP_*``/``KMP_*``, MKL, OpenBLAS, the dynamic loader's ``LD_*``,
+glibc's ``MALLOC_*``, torch's ``TORCH_*``). So the program interpreter is started with the
+ranks' values of exactly those (``startup_env``); ranks whose values differ get an interpreter
+of their own, and the previous one ends (a sweep over ``program.env.OMP_NUM_THREADS`` starts
+one per value). Python's hash seed is the interpreter's: forked ranks share one, where torchrun's
+would each draw their own (a program whose ranks iterate a ``set`` of strings in different
+orders under torchrun agrees with itself here; docs/howto/program.md says so).
+"""
+from __future__ import annotations
+
+import os
+
+from testbed.launch.command import INSTRUMENT_MODULE
+from testbed.launch.pool import RankPool
+
+PROGRAM_ENTRY = f"{INSTRUMENT_MODULE}.__main__"
+# variables an interpreter, or a library it loads, reads while it starts (see the docstring)
+STARTUP_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "LD_", "MALLOC_",
+                    "TORCH_")
+
+
+def startup_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables of ``env`` read while an interpreter starts (``STARTUP_PREFIXES``)."""
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES)}
+
+
+class Interpreters:
+    """The built-in worker's pre-started interpreter (``worker``) and the program one for the
+    start-up environment in use. ``begin_cell`` forgets which served the cell before;
+    ``check_alive`` watches those that serve this one. A context manager: closing ends all."""
+
+    def __init__(self, python: str):
+        self.python = python
+        self.worker = RankPool(python)
+        self._program: tuple[tuple[tuple[str, str], ...], RankPool] | None = None
+        self._serving: list[RankPool] = []
+
+    def __enter__(self) -> "Interpreters":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def begin_cell(self) -> None:
+        self._serving = []
+
+    def for_worker(self) -> RankPool:
+        """The built-in worker's interpreter, now serving the cell."""
+        return self._serve(self.worker)
+
+    def for_program(self, env: dict[str, str]) -> RankPool:
+        """The program interpreter whose start-up environment is that of a rank started with
+        ``env`` added to this process's environment, now serving the cell; a new one (the
+        previous ending) when it differs from the one in use."""
+        wanted = startup_env(env)
+        key = tuple(sorted(startup_env({**os.environ, **wanted}).items()))
+        if self._program is None or self._program[0] != key:
+            if self._program is not None:
+                self._program[1].close()
+            self._program = (key, RankPool(self.python, warm=(), entries=(PROGRAM_ENTRY,),
+                                           env=wanted))
+        return self._serve(self._program[1])
+
+    def _serve(self, pool: RankPool) -> RankPool:
+        if pool not in self._serving:
+            self._serving.append(pool)
+        return pool
+
+    def check_alive(self) -> None:
+        """Raises the WorkerError naming an interpreter serving this cell that died."""
+        for pool in self._serving:
+            pool.check_alive()
+
+    def close(self) -> None:
+        """End every interpreter (and any rank still running in it)."""
+        self.worker.close()
+        if self._program is not None:
+            self._program[1].close()
+            self._program = None
