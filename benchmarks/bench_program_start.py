@@ -42,6 +42,7 @@ def sweep(tmp: Path, start: str) -> tuple[pd.DataFrame, Path, float, float]:
     """(rows, run directory, CPU seconds of the run and all it started, wall seconds)."""
     body = EXP.format(name=f"start-{start}", root=ROOT, steps=STEPS, warmup=WARMUP,
                       zip=_zip(styles_with(start)))
+    (tmp / start).mkdir()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     df, run = run_sweep(tmp / start, f"start-{start}", body)
