@@ -14,8 +14,8 @@ starts: Python's own ``PYTHON*`` variables and what native libraries read when l
 (OpenMP's ``OMP_*``/``GOMP_*``/``KMP_*``, MKL, OpenBLAS, the dynamic loader's ``LD_*``,
 glibc's ``MALLOC_*``, torch's ``TORCH_*``). So the program interpreter is started with the
 ranks' values of exactly those (``startup_env``); ranks whose values differ get an interpreter
-of their own, and the previous one ends (a sweep over ``program.env.OMP_NUM_THREADS`` starts
-one per value). Python's hash seed is the interpreter's: forked ranks share one, where torchrun's
+of their own, and those that serve no rank of the cell end (a sweep over
+``program.env.OMP_NUM_THREADS`` starts one per value). Python's hash seed is the interpreter's: forked ranks share one, where torchrun's
 would each draw their own (a program whose ranks iterate a ``set`` of strings in different
 orders under torchrun agrees with itself here; docs/howto/program.md says so).
 """
@@ -45,7 +45,7 @@ class Interpreters:
     def __init__(self, python: str):
         self.python = python
         self.worker = RankPool(python)
-        self._program: tuple[tuple[tuple[str, str], ...], RankPool] | None = None
+        self._programs: dict[tuple[tuple[str, str], ...], RankPool] = {}
         self._serving: list[RankPool] = []
 
     def __enter__(self) -> "Interpreters":
@@ -63,16 +63,16 @@ class Interpreters:
 
     def for_program(self, env: dict[str, str]) -> RankPool:
         """The program interpreter whose start-up environment is that of a rank started with
-        ``env`` added to this process's environment, now serving the cell; a new one (the
-        previous ending) when it differs from the one in use."""
+        ``env`` added to this process's environment, now serving the cell; a new one when none
+        has it (those that serve no rank of this cell then end)."""
         wanted = startup_env(env)
         key = tuple(sorted(startup_env({**os.environ, **wanted}).items()))
-        if self._program is None or self._program[0] != key:
-            if self._program is not None:
-                self._program[1].close()
-            self._program = (key, RankPool(self.python, warm=(), entries=(PROGRAM_ENTRY,),
-                                           env=wanted))
-        return self._serve(self._program[1])
+        if key not in self._programs:
+            for old in [k for k, pool in self._programs.items() if pool not in self._serving]:
+                self._programs.pop(old).close()
+            self._programs[key] = RankPool(self.python, warm=(), entries=(PROGRAM_ENTRY,),
+                                           env=wanted)
+        return self._serve(self._programs[key])
 
     def _serve(self, pool: RankPool) -> RankPool:
         if pool not in self._serving:
@@ -87,6 +87,6 @@ class Interpreters:
     def close(self) -> None:
         """End every interpreter (and any rank still running in it)."""
         self.worker.close()
-        if self._program is not None:
-            self._program[1].close()
-            self._program = None
+        for pool in self._programs.values():
+            pool.close()
+        self._programs.clear()
