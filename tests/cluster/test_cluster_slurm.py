@@ -1,22 +1,15 @@
 """``backend: cluster`` under Slurm: inside a real allocation (a stand-in slurmctld and one
 slurmd per node namespace), the machines are the job's nodes and every per-node part starts
 with srun. The same experiment as on one box and over SSH, only ``cluster`` changed; nothing
-left after the run, and after a SIGKILL of the controller and the agents plus ``clean`` run in
-a new allocation."""
+left after the run (outside an allocation, and after a SIGKILL: test_cluster_slurm_kill.py)."""
 from __future__ import annotations
-
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from clusterrun import (BUBBLE_TOLERANCE, DELAY_MS, ITERATION_TOLERANCE, RTT_TOLERANCE,
-                        experiment, gone, kill_controller_and_agents, leftovers, run, run_tags,
-                        spread_tags, wait_for_workers, write)
+                        experiment, leftovers, run, run_tags)
 
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 SALLOC = ["salloc", "-N2", "--exclusive", "--quiet"]
 
 
@@ -40,41 +33,3 @@ def test_slurm_run_matches_netns_and_leaves_nothing(slurm_nodes, tmp_path):
     gap = abs(row["iteration_time_s"] / local["iteration_time_s"] - 1)
     assert gap <= ITERATION_TOLERANCE, (row["iteration_time_s"], local["iteration_time_s"])
     assert abs(row["bubble_ratio"] - local["bubble_ratio"]) <= BUBBLE_TOLERANCE
-
-
-def test_outside_an_allocation_the_run_says_so(slurm_nodes, tmp_path):
-    path = write(experiment("cluster", slurm=True), tmp_path)
-    res = subprocess.run([sys.executable, "-m", "testbed", "run", str(path), "--results",
-                          str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, env=slurm_nodes.env())
-    assert res.returncode == 3, res.stdout + res.stderr
-    assert "not inside a Slurm allocation" in res.stderr and "Traceback" not in res.stderr
-
-
-def test_sigkill_then_clean_in_a_new_allocation_leaves_nothing(slurm_nodes, tmp_path):
-    exp = write(experiment("cluster", iterations=200, slurm=True), tmp_path)
-    proc = subprocess.Popen([*SALLOC, sys.executable, "-m", "testbed", "run", str(exp),
-                             "--results", str(tmp_path / "results"), "--quiet"], cwd=ROOT,
-                            env=slurm_nodes.env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    spread = None
-    try:
-        spread = wait_for_workers(lambda led: "slurm_job" in led["machines"],
-                                  node_ns(slurm_nodes))
-        kill_controller_and_agents(spread)
-        proc.wait(timeout=60)  # salloc ends the job: Slurm stops the steps, not the shares
-        assert leftovers(spread_tags(spread), node_ns(slurm_nodes)), "nothing left: no test"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        # this run's network only: a bare clean would also take other tests' kept networks
-        own = ["--tag", spread["tag"]] if spread else []
-        res = subprocess.run([*SALLOC, sys.executable, "-m", "testbed", "clean", *own], cwd=ROOT,
-                             env=slurm_nodes.env(), capture_output=True, text=True,
-                             timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert not leftovers(spread_tags(spread), node_ns(slurm_nodes))
-    for node, tag in spread["machines"]["tags"].items():  # each node's own clean, with srun
-        assert f"removed {spread['tag']} on {node} ({tag})" in res.stdout, res.stdout
-    assert gone(spread)
