@@ -6,8 +6,10 @@ starts them (``start: process``), the same plain scripts as bench_program.py
 Targets:
 - what the program measures is the same either way: per style, the row's iteration time and
   the program's own steady-state step time with ``fork`` within 3 % of ``process`` (the
-  tolerance bench_program holds the row to). Two sweeps run minutes apart drifted by up to
-  6 % on this box in both directions, so these come from one sweep in which each style runs
+  tolerance bench_program holds the row to). Two sweeps run minutes apart drifted by more
+  than that on this box (gpipe at 20 ms −5.12 %: results/benchmarks/
+  bench_program_start_two_sweeps.md, this benchmark's first version), so these come from one
+  sweep in which each style runs
   fork, process, process, fork (cells in that order, the means of each pair compared: a
   steady drift cancels);
 - forking saves what it is for: the sweep's CPU (the ``testbed run`` process and everything
