@@ -1,8 +1,11 @@
-"""The box's CPU over a cell's workers' phase, from /proc/stat: what self-fidelity
+"""The CPU over a cell's workers' phase, from /proc/stat: what self-fidelity
 (``testbed.readout.fidelity``) compares with its ``CPU_BUSY_MAX_PCT``. Only meaningful where
-the workers run on this machine (``Backend.hosts_here``)."""
+the workers run on this machine (``Backend.hosts_here``). It counts the CPUs the run may use
+(``run_cpus``: the whole box, or what ``taskset`` or a cpuset left it), since the workers
+inherit the controller's affinity: a busy CPU they cannot run on does not slow them."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -15,20 +18,38 @@ PROC_STAT = Path("/proc/stat")
 SAMPLE_INTERVAL_S = 0.25
 
 
-def read_cpu_jiffies(path: Path = PROC_STAT) -> tuple[int, int]:
-    """(busy, total) clock ticks of the whole box since boot from the ``cpu`` line of
-    /proc/stat: busy counts user, nice, system, irq, softirq and steal (a hypervisor's
-    steal is a CPU we did not get); idle and iowait are idle. Raises MachineError when the
-    file cannot be read or parsed."""
+def run_cpus() -> frozenset[int]:
+    """The CPUs this process, and so the workers it starts, may run on (its affinity: all of
+    them, or what ``taskset``, a cpuset or a Slurm allocation left it)."""
+    return frozenset(os.sched_getaffinity(0))
+
+
+def read_cpu_jiffies(path: Path = PROC_STAT,
+                     cpus: frozenset[int] | None = None) -> tuple[int, int]:
+    """(busy, total) clock ticks since boot from /proc/stat: of the whole box (its ``cpu``
+    line) when ``cpus`` is None or holds every CPU the file lists, else the sum of those
+    CPUs' ``cpuN`` lines. Busy counts user, nice, system, irq, softirq and steal (a
+    hypervisor's steal is a CPU we did not get); idle and iowait are idle. Raises
+    MachineError when the file cannot be read or parsed, or lists none of ``cpus``."""
     try:
-        first = path.read_text(encoding="ascii").splitlines()[0].split()
-        user, nice, system, idle, iowait, irq, softirq, steal = map(int, first[1:9])
+        lines = path.read_text(encoding="ascii").splitlines()
+        first = lines[0].split()
+        if first[0] != "cpu":
+            raise MachineError(f"{path} does not start with the 'cpu' line")
+        per_cpu = {int(f[0][3:]): f for f in map(str.split, lines[1:])
+                   if f and f[0].startswith("cpu") and f[0][3:].isdigit()}
+        chosen = [first] if cpus is None or cpus >= per_cpu.keys() else \
+            [per_cpu[c] for c in sorted(cpus) if c in per_cpu]
+        if not chosen:
+            raise MachineError(f"{path} lists none of the CPUs {sorted(cpus or ())}")
+        busy = total = 0
+        for fields in chosen:
+            user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[1:9])
+            cpu_busy = user + nice + system + irq + softirq + steal
+            busy, total = busy + cpu_busy, total + cpu_busy + idle + iowait
     except (OSError, IndexError, ValueError) as e:
         raise MachineError(f"cannot read the CPU counters in {path}: {e}") from None
-    if first[0] != "cpu":
-        raise MachineError(f"{path} does not start with the 'cpu' line")
-    busy = user + nice + system + irq + softirq + steal
-    return busy, busy + idle + iowait
+    return busy, total
 
 
 class CpuSampler:
@@ -40,6 +61,7 @@ class CpuSampler:
 
     def __init__(self, interval_s: float = SAMPLE_INTERVAL_S, path: Path = PROC_STAT):
         self.interval_s, self.path = interval_s, path
+        self.cpus: frozenset[int] | None = None  # the CPUs counted, fixed at start()
         self.samples: list[tuple[int, int, int]] = []
         self.busy_pct: float | None = None  # over the whole phase, after stop()
         self._stop = threading.Event()
@@ -47,7 +69,7 @@ class CpuSampler:
         self._error: MachineError | None = None
 
     def _sample(self) -> None:
-        self.samples.append((time.monotonic_ns(), *read_cpu_jiffies(self.path)))
+        self.samples.append((time.monotonic_ns(), *read_cpu_jiffies(self.path, self.cpus)))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -61,6 +83,7 @@ class CpuSampler:
         """Take the first sample and start sampling; raises MachineError when /proc/stat
         cannot be read."""
         self.samples, self.busy_pct, self._error = [], None, None
+        self.cpus = run_cpus()
         self._sample()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)

@@ -110,14 +110,18 @@ def test_routers_have_the_interface_names_the_shapers_use():
         net.teardown()
 
 
-@pytest.mark.alone  # every interface of the root namespace made meanwhile must be its own
 def test_every_root_namespace_interface_carries_the_tag_and_is_in_the_ledger():
+    # other tests may build networks meanwhile: every interface made meanwhile carries a run's
+    # tag (an untagged one, Mininet's own naming, is the defect), and those of this run's tag
+    # are exactly the ledger's
     before = set(_root_links())
     net = _build("two-dc.yaml")
     try:
         made = set(_root_links()) - before
-        assert made and made == set(net.ledger.root_links)
-        assert all(ledgers.tag_of(n) == net.tag and len(n) <= 15 for n in made)
+        assert all(ledgers.tag_of(n) is not None for n in made), made
+        own = {n for n in made if ledgers.tag_of(n) == net.tag}
+        assert own and own == set(net.ledger.root_links)
+        assert all(len(n) <= 15 for n in own)
     finally:
         net.teardown()
 

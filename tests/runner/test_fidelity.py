@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -122,6 +124,35 @@ def test_proc_stat_busy_counts_steal_and_not_iowait(tmp_path):
     p = tmp_path / "stat"
     p.write_text(stat_line(100, 10, 50, 800, 30, 5, 5, 20))
     assert C.read_cpu_jiffies(p) == (190, 1020)  # guest (7 7) is inside user and nice
+
+
+def test_proc_stat_of_some_cpus_sums_their_lines_and_of_all_reads_the_box(tmp_path):
+    p = tmp_path / "stat"
+    p.write_text("cpu  30 0 0 70 0 0 0 0 0 0\n"
+                 "cpu0 10 0 0 40 0 0 0 0 0 0\ncpu1 20 0 0 30 0 0 0 0 0 0\n"
+                 "intr 5 6\n")
+    assert C.read_cpu_jiffies(p, frozenset({1})) == (20, 50)
+    assert C.read_cpu_jiffies(p, frozenset({0})) == (10, 50)
+    assert C.read_cpu_jiffies(p, frozenset({0, 1})) == (30, 100)  # the box's line
+    with pytest.raises(MachineError, match="none of the CPUs"):
+        C.read_cpu_jiffies(p, frozenset({7}))
+
+
+def test_sampler_counts_only_the_cpus_this_process_may_use():
+    # In a child restricted to one CPU, spinning on it: the sampler counts that CPU alone, so
+    # it is all but fully busy. Counting the box instead would give 1/ncpu plus what the other
+    # CPUs happened to do.
+    cpu = max(os.sched_getaffinity(0))
+    code = (f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+            "from testbed.readout.cpu import CpuSampler\n"
+            "with CpuSampler(interval_s=0.05) as s:\n"
+            "    end = time.monotonic() + 0.6\n"
+            "    while time.monotonic() < end: pass\n"
+            "print(sorted(s.cpus), s.busy_pct)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split(maxsplit=1)
+    assert out[0] == f"[{cpu}]"
+    assert float(out[1]) >= 100 * SPIN_SHARE_SLACK, out
 
 
 @pytest.mark.parametrize("text", ["", "intr 1 2 3\n", "cpu 1 2 x 4 5 6 7 8\n", "cpu 1 2\n"])

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -35,11 +36,29 @@ def workload(**kw) -> Workload:
     return Workload(**{**base, **kw})
 
 
+def descendants(pid: int) -> set[int]:
+    """``pid`` and every live process below it (parent links read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # the command name may hold spaces and parentheses: the fields follow the last ')'
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = set(), [pid]
+    while todo:
+        out.add(p := todo.pop())
+        todo.extend(children.get(p, []))
+    return out
+
+
 def worker_pids() -> set[int]:
-    """Every built-in worker process: started by itself, or forked by a rank interpreter."""
+    """Every built-in worker process this test process started: by itself, or forked by a
+    rank interpreter (other tests running meanwhile have theirs)."""
     out = subprocess.run(["pgrep", "-f", r"testbed\.train\.(worker|zygote)"],
                          capture_output=True, text=True, check=False)
-    return {int(p) for p in out.stdout.split()}
+    return {int(p) for p in out.stdout.split()} & descendants(os.getpid())
 
 
 @pytest.mark.slow
@@ -163,7 +182,6 @@ def test_emulated_torch_executor_sends_true_shapes_and_sleeps(rank_pool, tmp_pat
     assert sent and set(sent) == {1 * 16 * 32 * 4}, sent
 
 
-@pytest.mark.alone  # counts every worker process on the machine
 def test_failing_rank_fails_the_cell_with_its_error_and_leaves_nothing(tmp_path, monkeypatch):
     before = worker_pids()
     monkeypatch.setenv("TESTBED_INJECT_FAULT", "1:1")
