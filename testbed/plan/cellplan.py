@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.errors import TestbedError
+from testbed.errors import MachineError, TestbedError
 from testbed.cell.cellfile import CellFile
 from testbed.topology import Slot
 from testbed.topology import ResolvedLink, Topology
@@ -28,6 +28,7 @@ from testbed.schedule.generators import generate
 from testbed.schedule.ir import Schedule
 from testbed.schedule.registry import CROSS_DC_SCHEDULES
 from testbed.sim import SimulationError, predicted, run
+from testbed.sim import calibration as C
 from testbed.sim.engine import simulate
 from testbed.sim.iteration import Path, SimInput, StageTimes
 from testbed.sim.inputs import build_input, collective_steps
@@ -101,6 +102,9 @@ class CellPlan:
                                   "and backward_ms (or a device)")
         inp = _sim_input(self.experiment, self.paths, self.costs, self.slots, self.schedule)
         inp.start_offsets = dict(self.start_offsets)
+        if self.experiment.workload.parallel.dp > 1 and \
+                hosts_on_this_machine(self.experiment.backend, self.topology):
+            inp.host_bytes_per_s = C.HOST_UNSHAPED_BYTES_PER_S
         return inp
 
     def cell_file(self, run_id: str = "", repeat: int = 0) -> CellFile:
@@ -109,6 +113,20 @@ class CellPlan:
                         params=self.cell.params, workload=self.experiment.workload,
                         placement=self.slots, schedule=self.schedule.to_dict(),
                         start_offsets_s=self.start_offsets)
+
+
+def hosts_on_this_machine(backend: str, topology: Topology) -> bool:
+    """Whether the backend would build this topology's hosts as processes of this one machine
+    (``Backend.hosts_here``, every DC within its ``max_hosts_per_dc``), so that their unshaped
+    transfers share its CPUs. A what-if beyond one box is predicted without: it never runs
+    here. So is a backend whose packages are missing here."""
+    from testbed.net.backends import backend_class  # the backend's module only for dp > 1
+    try:
+        cls = backend_class(backend)
+    except MachineError:
+        return False
+    return cls.hosts_here and all(cls.max_hosts_per_dc is None or dc.hosts <= cls.max_hosts_per_dc
+                                  for dc in topology.dcs)
 
 
 def _sim_input(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],

@@ -36,6 +36,13 @@ POST_RECV_S = 64e-6
 # Also the rate between two ranks of one host (workload.ranks_per_host > 1, sim.paths.SAME_HOST):
 # their bytes go through that host's loopback path, as in this measurement.
 UNSHAPED_BYTES_PER_S = 1.5e9
+# What every unshaped transfer together moves when all emulated hosts are processes of one
+# machine (SimInput.host_bytes_per_s): their bytes are copied by the same CPUs. Pairs of
+# processes sending 27 MB messages over loopback at once (results/benchmarks/loopback_pairs.md,
+# this project's 2-core machine) moved 3.61 GB/s together as two pairs, 4.24 as four and 4.13
+# as eight: 1.06 and 0.52 GB/s per pair, where each pair alone at UNSHAPED_BYTES_PER_S would
+# make 6.0 and 12.0 together.
+HOST_UNSHAPED_BYTES_PER_S = 4.2e9
 # TCP over Ethernet: 1448 payload bytes (MSS with timestamps) per 1514 bytes that htb/tbf count.
 WIRE_BYTES_PER_PAYLOAD_BYTE = 1514 / 1448
 # A window-limited TCP connection moves about this fraction of its socket buffer limit

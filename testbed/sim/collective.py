@@ -14,6 +14,9 @@ reduce-scatter step, the modelled addition (``reduce_step_s``) and the sleep's o
 An ``IDLE`` step (hierarchical over unequal DCs) is done as soon as it is posted.
 Transfers of different stages, replicas and pipeline messages queue on a shared hop in the
 order they are issued, so all-reduces that cross one WAN link direction take turns on it.
+Where every emulated host is a process of one machine (``SimInput.host_bytes_per_s``), the
+unshaped transfers of all rings share that machine's copying rate (``HOST_HOP``); pipeline
+messages on unshaped paths keep the pair's own rate.
 """
 from __future__ import annotations
 
@@ -35,6 +38,10 @@ from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
 # GSO packet (64 KiB). Never below 1/MAX_QUANTA of the chunk (it bounds the events per chunk).
 QUANTUM_BYTES = 1 << 16
 MAX_QUANTA = 256
+# With ``SimInput.host_bytes_per_s`` (every emulated host a process of one machine), an unshaped
+# transfer's quanta also pass this hop, which each holds for its bytes at that rate: n of them
+# at once each get min(the pair's rate, the host's / n), as the machine's CPUs copy them all.
+HOST_HOP = "host"
 Push = Callable[..., None]  # push(t, fn, *args): call fn(t, *args) at simulated time t
 
 
@@ -74,8 +81,8 @@ class Collectives:
         """``stage``'s ring through ``rank`` when nothing else shares its transfers'
         resources (``testbed.sim.rings``), else None (also with ``exhaustive``)."""
         ring_of = getattr(self.inp.collectives, "ring", None)
-        if self.inp.exhaustive or ring_of is None:
-            return None
+        if self.inp.exhaustive or ring_of is None or self.inp.host_bytes_per_s is not None:
+            return None  # with a shared host, every ring's transfers share its rate
         ring = ring_of(stage, rank)
         if ring is not None and ring not in self.lone:
             k = len(ring.ranks)
@@ -136,11 +143,14 @@ class Collectives:
         quantum = (total - sent) if (not self.inp.exhaustive and self._alone(path, src)) \
             else quantum_bytes(path, total, sent)
         hops = path.hops + (f"dp {src}->{dst}",)
-        start = max([t] + [self.hop_free[h] for h in hops])
+        host = None if path.hops else self.inp.host_bytes_per_s
+        start = max([t] + [self.hop_free[h] for h in hops + ((HOST_HOP,) if host else ())])
         burst = path.burst_at(start, self.hop_free)
         left = start + path.serialization_s(max(0.0, quantum - burst))
         for h in hops:
             self.hop_free[h] = left
+        if host:  # the machine's copying, shared quantum by quantum with every unshaped one
+            self.hop_free[HOST_HOP] = start + quantum / host
         if sent + quantum < total:
             self.push(left, self._transfer, stage, src, i, dst, sent + quantum)
             return
@@ -155,7 +165,8 @@ class Collectives:
         """Whether nothing else can queue on this transfer's hops while it is in service: no
         shaped hop, and one stage of ``src`` all-reduces over its connection (its steps follow
         one another). Then its quanta would go back to back: it is sent whole, the same."""
-        return not path.hops and len(self.stages_of(src)) <= 1
+        return not path.hops and len(self.stages_of(src)) <= 1 and \
+            self.inp.host_bytes_per_s is None
 
     def _try_finish(self, stage: int, rank: int, i: int) -> None:
         key = (stage, rank, i)

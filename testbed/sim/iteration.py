@@ -115,6 +115,10 @@ class SimInput:
     # every quantum and ring step as its own event: the fast paths that give the same
     # answer (testbed.sim.rings) off, to check them
     exhaustive: bool = False
+    # the rate that all unshaped data-parallel transfers share, bytes/s, when every emulated
+    # host is a process of one machine (calibration.HOST_UNSHAPED_BYTES_PER_S); None: each
+    # pair has its own (hosts on machines of their own)
+    host_bytes_per_s: float | None = None
 
     def path(self, src: int, dst: int) -> Path:
         found = self.paths.get((src, dst))

@@ -61,14 +61,21 @@ def _plan(tmp_path, **kw):
     return plan_cell(load_experiment(path).cells[0])
 
 
-def _both(plan):
+def _both(plan, host_shared: bool = False):
+    """The fast and the full model of ``plan``. By default the hosts are machines of their
+    own (a lab's): with every host a process of one machine (this backend's own inputs), all
+    unshaped ring transfers share its rate, so no ring is timed at once
+    (tests/sim/test_host_sharing.py)."""
     inp = plan.sim_input()
+    if not host_shared:
+        inp = dataclasses.replace(inp, host_bytes_per_s=None)
     return simulate(inp), simulate(dataclasses.replace(inp, exhaustive=True))
 
 
+@pytest.mark.parametrize("host_shared", [False, True], ids=["own-machines", "one-machine"])
 @pytest.mark.parametrize("case", CASES)
-def test_fast_paths_agree_with_the_full_event_model(tmp_path, case):
-    fast, full = _both(_plan(tmp_path, **CASES[case]))
+def test_fast_paths_agree_with_the_full_event_model(tmp_path, case, host_shared):
+    fast, full = _both(_plan(tmp_path, **CASES[case]), host_shared)
     pf, pe = predicted(fast), predicted(full)
     assert pf.keys() == pe.keys()
     for k, v in pe.items():
