@@ -17,7 +17,7 @@ from typing import Any
 from testbed.errors import MachineError, TestbedError
 from testbed.cell.cellfile import CellFile
 from testbed.topology import Slot
-from testbed.topology import ResolvedLink, Topology
+from testbed.topology import ResolvedLink, Topology, emulation_problems
 from testbed.plan.outer import grad_numel, outer_prediction
 from testbed.plan.placement import LinkCost, PlacementProblem, place
 from testbed.plan.sharing import start_offsets
@@ -117,16 +117,15 @@ class CellPlan:
 
 def hosts_on_this_machine(backend: str, topology: Topology) -> bool:
     """Whether the backend would build this topology's hosts as processes of this one machine
-    (``Backend.hosts_here``, every DC within its ``max_hosts_per_dc``), so that their unshaped
-    transfers share its CPUs. A what-if beyond one box is predicted without: it never runs
-    here. So is a backend whose packages are missing here."""
+    (``Backend.hosts_here``, and ``run`` could build it: ``emulation_problems``), so that their
+    unshaped transfers share its CPUs. A what-if beyond one box is predicted without: it never
+    runs here. So is a backend whose packages are missing here."""
     from testbed.net.backends import backend_class  # the backend's module only for dp > 1
     try:
         cls = backend_class(backend)
     except MachineError:
         return False
-    return cls.hosts_here and all(cls.max_hosts_per_dc is None or dc.hosts <= cls.max_hosts_per_dc
-                                  for dc in topology.dcs)
+    return cls.hosts_here and not emulation_problems(topology, cls.max_hosts_per_dc)
 
 
 def _sim_input(exp: Experiment, paths: PathModel, c: Costs, slots: list[Slot],
