@@ -22,14 +22,23 @@ orders under torchrun agrees with itself here; docs/howto/program.md says so).
 from __future__ import annotations
 
 import os
+from typing import Iterable
 
 from testbed.launch.command import INSTRUMENT_MODULE
 from testbed.launch.pool import RankPool
+from testbed.spec.workload import Workload
+from testbed.train.zygote import TORCH_EXECUTOR
 
 PROGRAM_ENTRY = f"{INSTRUMENT_MODULE}.__main__"
 # variables an interpreter, or a library it loads, reads while it starts (see the docstring)
 STARTUP_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "LD_", "MALLOC_",
                     "TORCH_")
+
+
+def uses_torch_executor(workloads: Iterable[Workload]) -> bool:
+    """Whether any of ``workloads`` runs the built-in worker with torch's schedules
+    (``executor: torch``), which import ``torch.distributed.pipelining``."""
+    return any(w.program is None and w.executor == "torch" for w in workloads)
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
@@ -40,11 +49,16 @@ def startup_env(env: dict[str, str]) -> dict[str, str]:
 class Interpreters:
     """The built-in worker's pre-started interpreter (``worker``) and the program one for the
     start-up environment in use. ``begin_cell`` forgets which served the cell before;
-    ``check_alive`` watches those that serve this one. A context manager: closing ends all."""
+    ``check_alive`` watches those that serve this one. A context manager: closing ends all.
 
-    def __init__(self, python: str):
+    ``torch_executor``: some cell runs the built-in worker with ``executor: torch``, so its
+    interpreter also imports ``torch.distributed.pipelining`` before it forks (its start-up
+    took a median 2.24 s of CPU with it, 1.27 s without: results/leads/worker-imports/);
+    otherwise a rank that needs it would import it itself."""
+
+    def __init__(self, python: str, torch_executor: bool = False):
         self.python = python
-        self.worker = RankPool(python)
+        self.worker = RankPool(python, warm=(TORCH_EXECUTOR,) if torch_executor else ())
         self._programs: dict[tuple[tuple[str, str], ...], RankPool] = {}
         self._serving: list[RankPool] = []
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from testbed.errors import MachineError, WorkerError
 from testbed.process import STOP_GRACE_S, describe_exit
-from testbed.train.zygote import TORCH_EXECUTOR
+from testbed.train.zygote import TORCH_EXECUTOR, WORKER_ENTRY
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,8 @@ class RankPool:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          env=dict(os.environ, **self.env))
             os.set_blocking(self.proc.stdout.fileno(), False)
-            log.info("rank interpreter started (pid %d)", self.proc.pid)
+            log.info("rank interpreter started (pid %d), importing %s", self.proc.pid,
+                     ", ".join((self.entries or (WORKER_ENTRY,)) + self.warm_modules))
 
     def check_alive(self) -> None:
         """Cheap check, polled while a cell's ranks run: raises WorkerError naming the zygote

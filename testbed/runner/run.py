@@ -24,7 +24,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from testbed.errors import (EXIT_CELLS_FAILED, EXIT_OK, Problem, SpecError, StorageError,
                             writing)
-from testbed.launch.interpreters import Interpreters
+from testbed.launch.interpreters import Interpreters, uses_torch_executor
 from testbed.net.backends import backend_class, experiment_backend
 from testbed.plan import CellPlan, emulation_problems, plan_all
 from testbed.runner.cell import CellRunner
@@ -158,7 +158,9 @@ def run_experiment(le: LoadedExperiment, opts: RunOptions,
                   f"cell runs to do")
     try:
         with _run_log(log_handler), _signals_as_interrupt(), \
-                nullcontext() if opts.cold else Interpreters(sys.executable) as interpreters:
+                nullcontext() if opts.cold else Interpreters(
+                    sys.executable, uses_torch_executor(p.experiment.workload for p, _ in todo)
+                ) as interpreters:
             # before any network exists (a program interpreter is started only for a
             # control run that forks its ranks): nothing else of the harness runs
             controls = run_controls([p for p, _ in todo], store.root,
