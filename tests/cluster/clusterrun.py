@@ -70,21 +70,52 @@ def run(exp: dict, tmp_path: Path, prefix: list[str] = (), env: dict | None = No
     return res, df.iloc[0]
 
 
+def _netns_inode(name: str, viewers: list[str]) -> int | None:
+    """The inode of network namespace ``name`` as a ``/run/netns`` entry seen from this mount
+    namespace ("") or from a process's (``/proc/PID/root``): a share's namespace is mounted
+    by its agent, which runs in the mount namespace of a stand-in machine's sshd, and this
+    one sees only an empty file of that name."""
+    nsfs = os.stat("/proc/self/ns/net").st_dev
+    for root in ["", *viewers]:
+        try:
+            st = os.stat(f"{root}/run/netns/{name}")
+        except OSError:
+            continue
+        if st.st_dev == nsfs:
+            return st.st_ino
+    return None
+
+
+def _processes_in(inodes: dict[int, str]) -> list[tuple[str, int, str]]:
+    """(namespace, pid, command line) of every process whose network namespace is one of
+    ``inodes`` (inode → namespace name)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (ino := os.stat(proc / "ns" / "net").st_ino) in inodes:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                out.append((inodes[ino], int(proc.name), cmd))
+        except OSError:
+            continue
+    return out
+
+
 def leftovers(tags: set[str], machine_namespaces: list[str]) -> list[str]:
     """What is left of the networks of ``tags`` (namespaces, ledger files) and the processes
     in those namespaces or in the machines' own, sshd and Slurm's daemons apart. By tags, not
     DC names: other tests build dc1 and dc2 too."""
     out = runtags.left_behind(tags)
     shares = [ns for ns in ledgers.tagged_namespaces() if ledgers.tag_of(ns) in tags]
-    for ns in shares + machine_namespaces:
-        for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
-                                  text=True).stdout.split():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if not any(d in cmd for d in ("sshd", "slurmd", "slurmstepd")):
-                out.append(f"{ns}: {cmd}")
+    machines = {i: ns for ns in machine_namespaces if (i := _netns_inode(ns, [])) is not None}
+    # the machines' daemons (sshd, slurmd: always there) see the shares' namespaces as the
+    # agents they started made them
+    viewers = [f"/proc/{pid}/root" for _, pid, cmd in _processes_in(machines)
+               if "sshd" in cmd or "slurmd" in cmd]
+    inodes = {**machines, **{i: ns for ns in shares
+                             if (i := _netns_inode(ns, viewers)) is not None}}
+    for ns, _, cmd in _processes_in(inodes):
+        if not any(d in cmd for d in ("sshd", "slurmd", "slurmstepd")):
+            out.append(f"{ns}: {cmd}")
     return out
 
 

@@ -11,6 +11,7 @@ the sshd processes.
 """
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from octets import reserve_octet
 
 ROOT = Path(__file__).resolve().parents[2]
 SSHD = "/usr/sbin/sshd"
+PIP_CONFIG = Path.home() / ".config" / "pip"
 SSHD_START_TIMEOUT_S = 10.0
 SSHD_CONFIG = """\
 Port 22
@@ -163,9 +165,19 @@ class StandInLab:
             keys.append(self.user.authorized_keys)
         (d / "sshd_config").write_text(SSHD_CONFIG.format(
             ip=ip, hostkey=d / "hostkey", authorized=" ".join(map(str, keys))))
+        home = d / "root-home"
+        home.mkdir(mode=0o700)
+        if PIP_CONFIG.is_dir():  # where this machine's pip finds its packages, as a lab's would
+            shutil.copytree(PIP_CONFIG, home / ".config" / "pip")
         with open(d / "sshd.log", "wb") as logf:
+            # ``ip netns exec`` gives the sshd a mount namespace of its own, in which root's home
+            # is a directory of its own holding only pip's configuration: a login runs no
+            # dotfiles of this machine's root (here a .bashrc whose pyenv set-up started about
+            # 80 processes, 0.1 s, per remote command) and writes nothing into its home
+            # (ansible's ~/.ansible/tmp), as on a fresh host
             host.proc = subprocess.Popen(
-                ["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
+                ["ip", "netns", "exec", ns, "sh", "-c", 'mount --bind "$0" /root && exec "$@"',
+                 str(home), SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
                 stdout=logf, stderr=logf, start_new_session=True)
         self.ledger.add_process(host.proc.pid)
         return host
