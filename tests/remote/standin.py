@@ -173,8 +173,8 @@ class StandInLab:
             # ``ip netns exec`` gives the sshd a mount namespace of its own, in which root's home
             # is a directory of its own holding only pip's configuration: a login runs no
             # dotfiles of this machine's root (here a .bashrc whose pyenv set-up started about
-            # 80 processes, 0.1 s, per remote command) and writes nothing into its home
-            # (ansible's ~/.ansible/tmp), as on a fresh host
+            # 80 processes, 0.1 s, per remote command: results/leads/standin-login) and writes
+            # nothing into its home (ansible's ~/.ansible/tmp), as on a fresh host
             host.proc = subprocess.Popen(
                 ["ip", "netns", "exec", ns, "sh", "-c", 'mount --bind "$0" /root && exec "$@"',
                  str(home), SSHD, "-D", "-e", "-f", str(d / "sshd_config")],

@@ -18,6 +18,8 @@ import os
 import shlex
 import socket
 import threading
+import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,18 @@ DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 CONNECT_TIMEOUT_S = 10.0
 RUN_TIMEOUT_S = 60.0
 MAX_PARALLEL = 32
+# Commands at once on one connection. sshd allows MaxSessions (10 by default) sessions per
+# connection, and the connection also carries the SFTP session and a cluster machine's agent.
+# A session whose channel the client closed still counts until sshd has reaped its process:
+# threads reading back 12 shaped directions, 4 commands at a time besides those two, were
+# still refused a channel now and then ("Connect failed", "Unable to open channel."), so a
+# refused open is retried (the command has not started) for up to CHANNEL_RETRY_S.
+COMMANDS_PER_CONNECTION = 6
+CHANNEL_RETRY_S = 5.0
+OPEN_REFUSED = "Unable to open channel."  # paramiko's words when sshd refuses it
+_command_slots: "weakref.WeakKeyDictionary[Connection, threading.BoundedSemaphore]" = \
+    weakref.WeakKeyDictionary()
+_slots_lock = threading.Lock()
 T = TypeVar("T")
 
 
@@ -162,8 +176,11 @@ def run(conn: Connection, host: LabHost, argv: list[str], timeout: float = RUN_T
     """Run ``argv`` on ``host`` and wait. ``privileged`` adds ``sudo -n`` unless logged in as
     root. Raises CommandError (with the host) on a non-zero exit when ``check``, or a timeout."""
     line = command_line(argv, cwd=cwd, sudo=privileged and host.user != "root")
+    with _slots_lock:
+        slots = _command_slots.setdefault(conn, threading.BoundedSemaphore(COMMANDS_PER_CONNECTION))
     try:
-        r = conn.run(line, hide=True, warn=True, timeout=timeout, in_stream=False)
+        with slots:
+            r = _run_when_a_channel_opens(conn, line, timeout)
     except CommandTimedOut as e:
         raise CommandError(argv, -1, f"timed out after {timeout:g} s", host.name) from e
     except (paramiko.SSHException, OSError) as e:  # no channel, or the connection went away
@@ -191,3 +208,16 @@ def each(hosts: list[LabHost], fn: Callable[[LabHost], T], step: str) -> dict[st
     if failures:
         raise RemoteError(step, failures)
     return results
+
+
+def _run_when_a_channel_opens(conn: Connection, line: str, timeout: float):
+    """``conn.run(line)``, again after a short wait while sshd refuses to open a session."""
+    deadline = time.monotonic() + CHANNEL_RETRY_S
+    while True:
+        try:
+            return conn.run(line, hide=True, warn=True, timeout=timeout, in_stream=False)
+        except paramiko.SSHException as e:
+            refused = isinstance(e, paramiko.ChannelException) or str(e) == OPEN_REFUSED
+            if not refused or time.monotonic() > deadline:  # refused: nothing ran
+                raise
+            time.sleep(0.05)
