@@ -58,7 +58,7 @@ class RemoteProcess:
         self._pid_seen = threading.Event()
         self._on_exit, self._output = on_exit, output
         try:
-            self._chan = conn.client.get_transport().open_session()
+            self._chan = ssh.when_a_channel_opens(conn.client.get_transport().open_session)
         except paramiko.SSHException as e:
             raise CommandError(self.argv, -1, f"cannot open an SSH channel: {e} (sshd's "
                                "MaxSessions caps the channels of one connection)",

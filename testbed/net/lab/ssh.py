@@ -212,12 +212,19 @@ def each(hosts: list[LabHost], fn: Callable[[LabHost], T], step: str) -> dict[st
 
 def _run_when_a_channel_opens(conn: Connection, line: str, timeout: float):
     """``conn.run(line)``, again after a short wait while sshd refuses to open a session."""
+    return when_a_channel_opens(
+        lambda: conn.run(line, hide=True, warn=True, timeout=timeout, in_stream=False))
+
+
+def when_a_channel_opens(call: Callable[[], T]) -> T:
+    """``call()``, again after a short wait (for up to CHANNEL_RETRY_S) while it raises because
+    sshd refused to open its session: nothing ran then."""
     deadline = time.monotonic() + CHANNEL_RETRY_S
     while True:
         try:
-            return conn.run(line, hide=True, warn=True, timeout=timeout, in_stream=False)
+            return call()
         except paramiko.SSHException as e:
             refused = isinstance(e, paramiko.ChannelException) or str(e) == OPEN_REFUSED
-            if not refused or time.monotonic() > deadline:  # refused: nothing ran
+            if not refused or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
