@@ -24,8 +24,8 @@ import pytest
 
 import umlkernel
 from cpulog import cpu_logged
-from machineshare import machine_share
-from startorder import in_start_order
+from machineshare import is_quiet, machine_share
+from startorder import QUIET_GROUP, in_start_order
 from testbed.launch.pool import RankPool
 from testbed.probe import kernel_has_netem
 from testbed.sim import calibration
@@ -98,7 +98,12 @@ def _to_uml(item: pytest.Item, timeout_s: float) -> UmlItem:
 # Under pytest-xdist (``bash setup.sh test`` runs the suite on several workers, see
 # docs/development.md): tests that share a module- or class-scoped fixture stay on one worker
 # (their module's group), and every netem test goes to one worker, since one UML boot runs
-# them all. Tests marked ``alone`` run with no other test running (tests/machineshare.py).
+# them all. Tests marked ``alone`` run with no other test running (tests/machineshare.py), except
+# the quiet ones: every unit (a group, or one test) made only of quiet tests joins one group,
+# which one worker runs first, beside the ``alone`` tests and without a lock. The netem tests,
+# where they run in the user-mode kernel, are in that group too (one unit: one worker runs
+# them all, after or before the other quiet tests, so that only one core computes beside the
+# ``alone`` tests).
 _NODEID = pytest.StashKey[str]()
 _SHARE_DIR = "testbed_machine_share_dir"
 
@@ -112,11 +117,28 @@ def _xdist_group(item: pytest.Item) -> str | None:
     return None
 
 
+def _netem_runs_in_uml() -> bool:
+    """Whether this session's netem tests run in the user-mode kernel (as the trylast
+    ``pytest_collection_modifyitems`` below decides)."""
+    return os.geteuid() == 0 and not os.environ.get(umlkernel.GUEST_ENV) \
+        and not kernel_has_netem()
+
+
 @pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
 def pytest_collection_modifyitems_groups(config, items):  # tryfirst: before pytest-xdist
+    groups = {}
     for item in items:
         item.stash[_NODEID] = item.nodeid
-        group = _xdist_group(item)
+        groups[item.nodeid] = _xdist_group(item)
+    # inside the user-mode kernel, netem tests build their namespaces in the guest, not here:
+    # to this machine the guest is one process computing, and it joins the quiet group
+    in_uml = any("netem" in i.keywords for i in items) and _netem_runs_in_uml()
+    loud_units = {groups[i.nodeid] or i.nodeid for i in items
+                  if not (is_quiet(i) or in_uml and "netem" in i.keywords)}
+    for item in items:
+        group = groups[item.nodeid]
+        if (group or item.nodeid) not in loud_units:
+            group = QUIET_GROUP
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller takes this order
@@ -151,7 +173,9 @@ def pytest_runtest_protocol(item, nextitem):
     with cpu_logged(item.nodeid):  # only with TESTBED_TEST_CPU_LOG set (tests/cpulog.py)
         if directory is None:
             return (yield)
-        with machine_share(Path(directory), alone=item.get_closest_marker("alone") is not None):
+        mark = item.get_closest_marker("xdist_group")
+        with machine_share(Path(directory), alone=item.get_closest_marker("alone") is not None,
+                           quiet=bool(mark and mark.args[0] == QUIET_GROUP)):
             return (yield)
 
 

@@ -6,17 +6,41 @@ time with a prediction, or asserts what exists on the whole machine, needs the m
 itself. Those carry ``@pytest.mark.alone``.
 
 Every test holds a lock on one file for its whole protocol (set-up, call, tear-down): a shared
-lock for ordinary tests, an exclusive one for ``alone`` tests. A second file is a turnstile that
-gives waiting exclusive tests priority: a shared holder passes through it before taking the main
-lock, so once an ``alone`` test is queued no new test starts until it has run.
+lock for ordinary tests, an exclusive one for ``alone`` tests. An ``alone`` test first
+registers: it holds an exclusive lock on a file of its own (``alone-<pid>``) from before it
+waits for the main lock until it has run. An ordinary test starts only while no ``alone`` test
+is registered, and polls until then. So once an ``alone`` test is waiting, no new test starts
+until every registered one has run, however the lock's waiters happen to be woken. (A turnstile
+lock, shared and exclusive waiters woken together, let an ordinary test overtake a queued
+``alone`` test whenever it won that race: a 97 s test then held up a queued one, and the
+serial phase ended 30 s later than its tests took.) A registration whose holder has died is
+unlocked, and counts for nothing.
+
+A *quiet* test takes no lock: one that needs neither root, torch, netem, SSH stand-ins nor
+Mininet, so it builds no namespace, interface or qdisc and starts no torch process. What
+disturbed the timing tests beside others was such kernel work (a fork of a process holding
+torch, a namespace set up or torn down), not user-space CPU: four CPU hogs beside them did not
+(results/suite/xdist-timing.md, 2026-11-27). The quiet tests run on one worker while the
+``alone`` tests run, on the core those leave idle (tests/conftest.py, tests/startorder.py).
 """
 from __future__ import annotations
 
 import fcntl
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+
+# a test carrying none of these marks is quiet
+NOT_QUIET = ("root", "torch", "netem", "remote", "mininet", "alone")
+
+
+def is_quiet(item) -> bool:
+    """Whether ``item`` (a pytest item) may run beside an ``alone`` test: it carries none of
+    ``NOT_QUIET``'s marks (marks, not keywords: a test's keywords hold its folders' names)."""
+    return not any(item.get_closest_marker(name) is not None for name in NOT_QUIET)
 
 
 @contextmanager
@@ -30,17 +54,47 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
 
 
 @contextmanager
-def machine_share(directory: Path, *, alone: bool) -> Iterator[None]:
-    """Hold the machine shared (``alone=False``) or exclusively while the block runs."""
-    turnstile, main = directory / "turnstile", directory / "machine"
+def machine_share(directory: Path, *, alone: bool, quiet: bool = False) -> Iterator[None]:
+    """Hold the machine shared (``alone=False``) or exclusively while the block runs; a quiet
+    test (``quiet=True``) holds nothing."""
+    main = directory / "machine"
+    if quiet:
+        yield
+        return
     if alone:
-        with _flock(turnstile, fcntl.LOCK_EX), _flock(main, fcntl.LOCK_EX):
+        with _flock(directory / f"{_ALONE}{os.getpid()}", fcntl.LOCK_EX), \
+                _flock(main, fcntl.LOCK_EX):
             yield
         return
     fd = os.open(main, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        with _flock(turnstile, fcntl.LOCK_SH):
-            fcntl.flock(fd, fcntl.LOCK_SH)
+        while True:
+            with _flock(directory / "check", fcntl.LOCK_EX):  # one ordinary test checks at a time
+                if not alone_registered(directory):
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    break
+            time.sleep(POLL_S)
         yield
     finally:
         os.close(fd)
+
+
+_ALONE = "alone-"
+POLL_S = 0.1  # an ordinary test's wait between looks at the registrations
+
+
+def alone_registered(directory: Path) -> bool:
+    """Whether an ``alone`` test is waiting or running: a registration file some live process
+    holds locked."""
+    for path in directory.glob(f"{_ALONE}*"):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+    return False

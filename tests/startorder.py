@@ -7,26 +7,38 @@ from __future__ import annotations
 
 import pytest
 
+# the one work unit of quiet tests (tests/machineshare.py): one worker takes it first
+QUIET_GROUP = "quiet"
+
 
 def start_rank(item: pytest.Item) -> int:
-    """Under pytest-xdist, what starts first: ``alone`` tests (0), then ``slow`` and netem ones
-    (1), then the rest (2). The alone tests run one after another while nothing else runs, so
-    they go first, before any other test has started (one queued later waits for every
-    running test to end, idling the other workers meanwhile); the long ones go next, so the
-    run does not end on one long test."""
-    if item.get_closest_marker("alone") is not None:
+    """Under pytest-xdist, what starts first: the quiet group (0), then ``alone`` tests (1),
+    then ``slow`` and netem ones (2), then the rest (3). The quiet group is one unit, so one
+    worker takes it and runs it beside the ``alone`` tests, which need no lock from it. The
+    alone tests run one after another while nothing else runs, so they go next, before any
+    other test has started (one queued later waits for every running test to end, idling the
+    other workers meanwhile); the long ones go next, so the run does not end on one long
+    test."""
+    if _group(item) == QUIET_GROUP:
         return 0
-    return 1 if "slow" in item.keywords or "netem" in item.keywords else 2
+    if item.get_closest_marker("alone") is not None:
+        return 1
+    return 2 if "slow" in item.keywords or "netem" in item.keywords else 3
+
+
+def _group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    return mark.args[0] if mark else None
 
 
 def in_start_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` sorted by ``start_rank``, a group (one work unit of ``--dist loadgroup``) by
     its lowest rank, collection order kept otherwise."""
     def unit(item: pytest.Item) -> str:
-        mark = item.get_closest_marker("xdist_group")
-        return f"@{mark.args[0]}" if mark else item.nodeid
+        group = _group(item)
+        return f"@{group}" if group else item.nodeid
     rank: dict[str, int] = {}
     for item in items:
-        rank[unit(item)] = min(rank.get(unit(item), 2), start_rank(item))
+        rank[unit(item)] = min(rank.get(unit(item), 3), start_rank(item))
     order = {item.nodeid: i for i, item in enumerate(items)}
     return sorted(items, key=lambda item: (rank[unit(item)], order[item.nodeid]))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from machineshare import is_quiet
 from octets import reserve_octet
 from startorder import in_start_order
 
@@ -18,18 +19,20 @@ class FakeItem:
 
     nodeid: str
     marks: dict[str, tuple] = field(default_factory=dict)
+    folders: tuple[str, ...] = ()  # pytest puts the names of a test's folders among its keywords
 
     def get_closest_marker(self, name: str):
         return getattr(pytest.mark, name)(*self.marks[name]).mark if name in self.marks else None
 
     @property
     def keywords(self) -> dict[str, object]:
-        return self.marks
+        return {**self.marks, **dict.fromkeys(self.folders, 1)}
 
 
-def test_alone_tests_start_first_then_slow_ones_and_groups_stay_together():
+def test_the_quiet_group_starts_first_then_alone_tests_then_slow_ones_and_groups_stay_together():
     items = [
         FakeItem("a.py::quick"),
+        FakeItem("q.py::pure", {"xdist_group": ("quiet",)}),
         FakeItem("b.py::slow", {"slow": ()}),
         FakeItem("c.py::timed", {"alone": ()}),
         FakeItem("d.py::first", {"xdist_group": ("d.py",)}),
@@ -38,8 +41,15 @@ def test_alone_tests_start_first_then_slow_ones_and_groups_stay_together():
         FakeItem("f.py::quick"),
     ]
     order = [i.nodeid for i in in_start_order(items)]
-    assert order == ["c.py::timed", "d.py::first", "d.py::timed", "b.py::slow", "e.py::uml",
+    assert order == ["q.py::pure", "c.py::timed", "d.py::first", "d.py::timed", "b.py::slow", "e.py::uml",
                      "a.py::quick", "f.py::quick"]
+
+
+def test_a_test_is_quiet_only_without_root_torch_netem_ssh_mininet_or_alone():
+    assert is_quiet(FakeItem("a.py::pure", {"slow": (), "parametrize": ("x", [1])}))
+    for mark in ("root", "torch", "netem", "remote", "mininet", "alone"):
+        assert not is_quiet(FakeItem("a.py::loud", {mark: ()})), mark
+    assert is_quiet(FakeItem("remote/a.py::pure", folders=("remote",)))  # a folder is no mark
 
 
 @pytest.mark.root  # the lock directory is under /run
@@ -78,3 +88,57 @@ def test_the_cpu_log_counts_a_tests_children(tmp_path, monkeypatch):
     with cpu_logged("x.py::unlogged"):
         pass
     assert len(records(tmp_path)) == 2
+
+
+
+def _alone_then_ordinary(directory, started, release, log):
+    """A worker's alone test, then at once its next test, an ordinary one: the releasing worker
+    asks again before any waiter has woken."""
+    from machineshare import machine_share
+    with machine_share(directory, alone=True):
+        log.put("first alone")
+        started.set()
+        release.wait(30)
+    with machine_share(directory, alone=False):
+        log.put("ordinary")
+
+
+def _registered(path) -> bool:
+    import fcntl
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _alone(directory, log):
+    from machineshare import machine_share
+    with machine_share(directory, alone=True):
+        log.put("queued alone")
+
+
+def test_an_ordinary_test_never_overtakes_an_alone_test_queued_behind_another(tmp_path):
+    import multiprocessing
+    import time
+    ctx = multiprocessing.get_context("fork")
+    log, started, release = ctx.Queue(), ctx.Event(), ctx.Event()
+    first = ctx.Process(target=_alone_then_ordinary, args=(tmp_path, started, release, log))
+    queued = ctx.Process(target=_alone, args=(tmp_path, log))
+    first.start()
+    assert started.wait(10)
+    queued.start()
+    deadline = time.monotonic() + 30
+    while not _registered(tmp_path / f"alone-{queued.pid}"):  # queued behind the running one
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    release.set()
+    for p in (first, queued):
+        p.join(10)
+    assert [log.get(timeout=1) for _ in range(3)] == ["first alone", "queued alone", "ordinary"]

@@ -43,6 +43,9 @@ VALIDATE_SPEC_S = 2.0
 # up to 4.0 s on this 2-core box, so the wall bound is the spec with 3x slack. Before the fixes
 # these files hung (alias expansion, matrix, /dev/zero, FIFO) or failed fast with exit 1.
 BUSY_MACHINE_SLACK = 3.0
+# These tests are quiet (tests/machineshare.py): under pytest-xdist they run on one worker
+# beside the `alone` tests only, which use less than one of the two cores, and before the
+# suite's busy second phase.
 
 
 def _expected(path: Path) -> str:
@@ -90,13 +93,11 @@ def test_every_class_of_hostile_file_is_kept():
         "bool_hosts", "yaml11_off_loss"}
 
 
-@pytest.mark.alone  # the refusal's wall time against its bound: measured time
 @pytest.mark.parametrize("path", HOSTILE, ids=[p.stem for p in HOSTILE])
 def test_hostile_experiment_file_exits_2_quickly_with_one_line(path):
     _assert_refused_quickly(path, f"{path}:{_expected(path)}")
 
 
-@pytest.mark.alone  # the refusal's wall time against its bound: measured time
 @pytest.mark.parametrize("path", HOSTILE_TOPOLOGIES, ids=[p.stem for p in HOSTILE_TOPOLOGIES])
 def test_hostile_topology_file_exits_2_quickly_with_one_line(path, tmp_path):
     exp = tmp_path / "exp.yaml"
@@ -123,7 +124,6 @@ def _trace_problem(tmp_path: Path, trace_text: str) -> str:
     return p.message
 
 
-@pytest.mark.alone  # the refusal's wall time against its bound: measured time
 def test_trace_csv_naming_a_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "trace.csv")  # opened for reading, a FIFO blocks until a writer comes
     _assert_refused_quickly(_experiment_with_trace(tmp_path),
@@ -167,7 +167,6 @@ def test_size_caps_read_as_kib_or_mib():
         "64 KiB", "1 MiB", "1000 bytes")
 
 
-@pytest.mark.alone  # the refusal's wall time against its bound: measured time
 def test_densest_yaml_at_the_size_cap_is_refused_within_the_bound(tmp_path):
     # PyYAML is pure Python: the size cap is what bounds parsing time; "0," is its slowest
     # input per byte
