@@ -35,6 +35,7 @@ ITERATION_REL, BUBBLE_PP = 0.03, 0.02
 # 10 measured steps: a DDP step varies by ±10 % here, and a median of 5 (4 periods between marks)
 # against the program's own 20 once drew 3.8 % apart on an idle machine
 STEPS, WARMUP = 12, 2
+MICROBATCHES = 4
 LINE = re.compile(r"step (\d+) start ([0-9.]+) time ([0-9.]+) compute ([0-9.]+)")
 
 # The program counts as its compute only the sleeps inside its stages; the stage's own work
@@ -42,8 +43,11 @@ LINE = re.compile(r"step (\d+) start ([0-9.]+) time ([0-9.]+) compute ([0-9.]+)"
 # per backward here) is compute to testbed too. At 20/40 ms that put the row's bubble 1.0–1.5
 # points under the program's, leaving the 2-point target half a point for noise (CI once
 # measured 2.3); at 40/80 ms the same work is half as many points.
-PIPE = (f"[python, {EXAMPLES}/plain_pipeline.py, --steps, '{STEPS}', --forward-ms, '40', "
-        "--backward-ms, '80'")
+# 4 microbatches: a GPipe step takes m + p - 1 = 7 compute slots, against 11 with the program's
+# default 8 (the module's run: 58.6 s against 84.1 s); both sides of each check see the same m
+PIPE = (f"[python, {EXAMPLES}/plain_pipeline.py, --steps, '{STEPS}', "
+        f"--microbatches, '{MICROBATCHES}', "
+        "--forward-ms, '40', --backward-ms, '80'")
 DDP = f"[python, {PROGRAMS}/user_ddp.py, --steps, '{STEPS}'"
 STYLES = {  # name → (pp, dp, program)
     "gpipe": (4, 1, f"{{argv: {PIPE}, --schedule, gpipe]}}"),
@@ -61,7 +65,7 @@ measure_links: false
 timeout_s: 120
 workload:
   parallel: {{pp: 4, dp: 1}}
-  microbatches: 8
+  microbatches: {microbatches}
   iterations: {steps}
   warmup: {warmup}
   program: {{argv: [python, x.py]}}
@@ -101,7 +105,7 @@ def rows(tmp_path_factory) -> pd.DataFrame:
     tmp = tmp_path_factory.mktemp("styles")
     exp = tmp / "styles.yaml"
     exp.write_text(EXP.format(
-        root=ROOT, steps=STEPS, warmup=WARMUP,
+        root=ROOT, steps=STEPS, warmup=WARMUP, microbatches=MICROBATCHES,
         pps=", ".join(str(s[0]) for s in STYLES.values()),
         dps=", ".join(str(s[1]) for s in STYLES.values()),
         programs="\n".join(f"        - {s[2]}" for s in STYLES.values())), encoding="utf-8")
