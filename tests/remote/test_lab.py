@@ -129,15 +129,20 @@ def test_a_failed_trace_fetch_fails_the_rank_and_says_why(lab, inventory, known_
 
 def test_a_process_whose_pid_never_comes_fails_to_start_and_says_so(lab, inventory, known_hosts,
                                                                     monkeypatch):
-    # a host too loaded to run the shell's first line within the deadline: the deadline made
-    # shorter than any start can be (the process would be neither signalled nor in the ledger)
-    monkeypatch.setattr(process, "PID_TIMEOUT_S", 1e-6)
+    # a host too loaded to run the shell's first line within the deadline (the process would be
+    # neither signalled nor in the ledger): the line comes 2 s late, for a deadline of 0.2 s. (A
+    # deadline of 1 µs alone once passed on a busy machine: the pid had come back before the
+    # constructor's thread got as far as waiting for it.)
+    prefix, timeout_s = process.PID_PREFIX, process.PID_TIMEOUT_S
+    monkeypatch.setattr(process, "PID_PREFIX", [*prefix[:2], "sleep 2; " + prefix[2], *prefix[3:]])
+    monkeypatch.setattr(process, "PID_TIMEOUT_S", 0.2)
     opened = Lab.open(inventory, DCS, known_hosts, clock_samples=1)
     try:
         host = opened.hosts()[0]
         with pytest.raises(CommandError, match="reported no pid within"):
             RemoteProcess(opened.conns[host.name], host, ["true"])
-        monkeypatch.setattr(process, "PID_TIMEOUT_S", 120.0)  # the connection still serves
+        monkeypatch.setattr(process, "PID_PREFIX", prefix)  # the connection still serves
+        monkeypatch.setattr(process, "PID_TIMEOUT_S", timeout_s)
         proc = RemoteProcess(opened.conns[host.name], host, ["true"])
         assert proc.pid is not None and proc.wait(timeout=30) == 0
     finally:
