@@ -25,7 +25,7 @@ import pytest
 import umlkernel
 from cpulog import cpu_logged
 from machineshare import is_quiet, machine_share
-from startorder import QUIET_GROUP, in_start_order
+from startorder import QUIET_GROUP, group_of, in_start_order
 from testbed.launch.pool import RankPool
 from testbed.probe import kernel_has_netem
 from testbed.sim import calibration
@@ -173,9 +173,8 @@ def pytest_runtest_protocol(item, nextitem):
     with cpu_logged(item.nodeid):  # only with TESTBED_TEST_CPU_LOG set (tests/cpulog.py)
         if directory is None:
             return (yield)
-        mark = item.get_closest_marker("xdist_group")
         with machine_share(Path(directory), alone=item.get_closest_marker("alone") is not None,
-                           quiet=bool(mark and mark.args[0] == QUIET_GROUP)):
+                           quiet=group_of(item) == QUIET_GROUP):
             return (yield)
 
 

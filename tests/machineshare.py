@@ -12,8 +12,7 @@ waits for the main lock until it has run. An ordinary test starts only while no 
 is registered, and polls until then. So once an ``alone`` test is waiting, no new test starts
 until every registered one has run, however the lock's waiters happen to be woken. (A turnstile
 lock, shared and exclusive waiters woken together, let an ordinary test overtake a queued
-``alone`` test whenever it won that race: a 97 s test then held up a queued one, and the
-serial phase ended 30 s later than its tests took.) A registration whose holder has died is
+``alone`` test whenever it won that race: a 97 s test then held up a queued one.) A registration whose holder has died is
 unlocked, and counts for nothing.
 
 A *quiet* test takes no lock: one that needs neither root, torch, netem, SSH stand-ins nor
@@ -86,15 +85,19 @@ POLL_S = 0.1  # an ordinary test's wait between looks at the registrations
 def alone_registered(directory: Path) -> bool:
     """Whether an ``alone`` test is waiting or running: a registration file some live process
     holds locked."""
-    for path in directory.glob(f"{_ALONE}*"):
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-    return False
+    return any(is_held(path) for path in directory.glob(f"{_ALONE}*"))
+
+
+def is_held(path: Path) -> bool:
+    """Whether some process holds an exclusive lock on ``path`` (False if it does not exist)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

@@ -19,14 +19,15 @@ def start_rank(item: pytest.Item) -> int:
     other test has started (one queued later waits for every running test to end, idling the
     other workers meanwhile); the long ones go next, so the run does not end on one long
     test."""
-    if _group(item) == QUIET_GROUP:
+    if group_of(item) == QUIET_GROUP:
         return 0
     if item.get_closest_marker("alone") is not None:
         return 1
     return 2 if "slow" in item.keywords or "netem" in item.keywords else 3
 
 
-def _group(item: pytest.Item) -> str | None:
+def group_of(item: pytest.Item) -> str | None:
+    """The item's pytest-xdist group, if it has one."""
     mark = item.get_closest_marker("xdist_group")
     return mark.args[0] if mark else None
 
@@ -35,7 +36,7 @@ def in_start_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` sorted by ``start_rank``, a group (one work unit of ``--dist loadgroup``) by
     its lowest rank, collection order kept otherwise."""
     def unit(item: pytest.Item) -> str:
-        group = _group(item)
+        group = group_of(item)
         return f"@{group}" if group else item.nodeid
     rank: dict[str, int] = {}
     for item in items:

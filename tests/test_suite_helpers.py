@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from machineshare import is_quiet
+from machineshare import is_held, is_quiet
 from octets import reserve_octet
 from startorder import in_start_order
 
@@ -103,21 +103,6 @@ def _alone_then_ordinary(directory, started, release, log):
         log.put("ordinary")
 
 
-def _registered(path) -> bool:
-    import fcntl
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
 def _alone(directory, log):
     from machineshare import machine_share
     with machine_share(directory, alone=True):
@@ -135,7 +120,7 @@ def test_an_ordinary_test_never_overtakes_an_alone_test_queued_behind_another(tm
     assert started.wait(10)
     queued.start()
     deadline = time.monotonic() + 30
-    while not _registered(tmp_path / f"alone-{queued.pid}"):  # queued behind the running one
+    while not is_held(tmp_path / f"alone-{queued.pid}"):  # queued behind the running one
         assert time.monotonic() < deadline
         time.sleep(0.01)
     release.set()
