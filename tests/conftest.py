@@ -25,7 +25,7 @@ import pytest
 import umlkernel
 from cpulog import cpu_logged
 from machineshare import is_quiet, machine_share
-from startorder import QUIET_GROUP, group_of, in_start_order
+from startorder import QUIET_GROUP, alone_with_their_group, group_of, in_start_order
 from testbed.launch.pool import RankPool
 from testbed.probe import kernel_has_netem
 from testbed.sim import calibration
@@ -135,6 +135,8 @@ def pytest_collection_modifyitems_groups(config, items):  # tryfirst: before pyt
     in_uml = any("netem" in i.keywords for i in items) and _netem_runs_in_uml()
     loud_units = {groups[i.nodeid] or i.nodeid for i in items
                   if not (is_quiet(i) or in_uml and "netem" in i.keywords)}
+    for item in alone_with_their_group(items, groups):
+        item.add_marker(pytest.mark.alone)
     for item in items:
         group = groups[item.nodeid]
         if (group or item.nodeid) not in loud_units:

@@ -32,6 +32,18 @@ def group_of(item: pytest.Item) -> str | None:
     return mark.args[0] if mark else None
 
 
+def alone_with_their_group(items: list[pytest.Item],
+                           groups: dict[str, str | None]) -> list[pytest.Item]:
+    """The items not marked ``alone`` whose group (``groups``: node id to group) has an ``alone``
+    test: they are to run alone too. A group's tests run on one worker, one after another; an
+    ordinary one there waits for every queued ``alone`` test, and the ``alone`` test that
+    worker holds next waits for it. A group whose ``alone`` test came first held its ordinary
+    test from 107 to 373 s of the run, and the ``alone`` test behind it started 50 s late."""
+    alone = {groups[i.nodeid] for i in items
+             if groups[i.nodeid] and i.get_closest_marker("alone") is not None}
+    return [i for i in items if groups[i.nodeid] in alone and i.get_closest_marker("alone") is None]
+
+
 def in_start_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` sorted by ``start_rank``, a group (one work unit of ``--dist loadgroup``) by
     its lowest rank, collection order kept otherwise."""

@@ -10,7 +10,7 @@ import pytest
 
 from machineshare import is_held, is_quiet
 from octets import reserve_octet
-from startorder import in_start_order
+from startorder import alone_with_their_group, in_start_order
 
 
 @dataclass
@@ -43,6 +43,15 @@ def test_the_quiet_group_starts_first_then_alone_tests_then_slow_ones_and_groups
     order = [i.nodeid for i in in_start_order(items)]
     assert order == ["q.py::pure", "c.py::timed", "d.py::first", "d.py::timed", "b.py::slow", "e.py::uml",
                      "a.py::quick", "f.py::quick"]
+
+
+def test_a_group_with_an_alone_test_runs_all_of_its_tests_alone():
+    items = [FakeItem("g.py::timed", {"alone": ()}), FakeItem("g.py::check"),
+             FakeItem("h.py::check"), FakeItem("i.py::timed", {"alone": ()}),
+             FakeItem("j.py::check")]
+    groups = {"g.py::timed": "g.py", "g.py::check": "g.py", "h.py::check": "h.py",
+              "i.py::timed": None, "j.py::check": None}
+    assert [i.nodeid for i in alone_with_their_group(items, groups)] == ["g.py::check"]
 
 
 def test_a_test_is_quiet_only_without_root_torch_netem_ssh_mininet_or_alone():
