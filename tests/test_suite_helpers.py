@@ -100,29 +100,36 @@ def test_the_cpu_log_counts_a_tests_children(tmp_path, monkeypatch):
 
 
 
+def _note(log, what):
+    """Append ``what`` to the file ``log`` before the lock is let go (a multiprocessing queue
+    writes from a thread of its own, so two processes' entries could arrive out of order)."""
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(what + "\n")
+
+
 def _alone_then_ordinary(directory, started, release, log):
     """A worker's alone test, then at once its next test, an ordinary one: the releasing worker
     asks again before any waiter has woken."""
     from machineshare import machine_share
     with machine_share(directory, alone=True):
-        log.put("first alone")
+        _note(log, "first alone")
         started.set()
         release.wait(30)
     with machine_share(directory, alone=False):
-        log.put("ordinary")
+        _note(log, "ordinary")
 
 
 def _alone(directory, log):
     from machineshare import machine_share
     with machine_share(directory, alone=True):
-        log.put("queued alone")
+        _note(log, "queued alone")
 
 
 def test_an_ordinary_test_never_overtakes_an_alone_test_queued_behind_another(tmp_path):
     import multiprocessing
     import time
     ctx = multiprocessing.get_context("fork")
-    log, started, release = ctx.Queue(), ctx.Event(), ctx.Event()
+    log, started, release = tmp_path / "order.log", ctx.Event(), ctx.Event()
     first = ctx.Process(target=_alone_then_ordinary, args=(tmp_path, started, release, log))
     queued = ctx.Process(target=_alone, args=(tmp_path, log))
     first.start()
@@ -135,4 +142,5 @@ def test_an_ordinary_test_never_overtakes_an_alone_test_queued_behind_another(tm
     release.set()
     for p in (first, queued):
         p.join(10)
-    assert [log.get(timeout=1) for _ in range(3)] == ["first alone", "queued alone", "ordinary"]
+    assert log.read_text(encoding="utf-8").split("\n")[:-1] == [
+        "first alone", "queued alone", "ordinary"]
