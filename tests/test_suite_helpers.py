@@ -142,5 +142,5 @@ def test_an_ordinary_test_never_overtakes_an_alone_test_queued_behind_another(tm
     release.set()
     for p in (first, queued):
         p.join(10)
-    assert log.read_text(encoding="utf-8").split("\n")[:-1] == [
+    assert log.read_text(encoding="utf-8").splitlines() == [
         "first alone", "queued alone", "ordinary"]
