@@ -6,7 +6,6 @@ import importlib.util
 import itertools
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -37,6 +36,10 @@ TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
 # two-dc.yaml: 10 ms one way, so 20 ms RTT. The delay line can only add (it releases on its
 # next tick, and the 2 vCPUs are shared with ping and the bridges): 1 ms below allows clock
 # granularity, 3 ms above covers the ~0.5 ms seen in the delay-line prototype plus scheduling.
+# The test runs beside others, so it bounds the least of its pings: the path's delay plus the
+# least scheduling latency. A median is the scheduler's as much as the path's there (23.4 ms
+# in a CI run, each ping late by 1-4 ms); the median's fidelity is checked alone, in
+# tests/net/test_shaping.py. A delay missing in one direction would give 10 ms, twice 40.
 CONFIGURED_RTT_MS = 20.0
 RTT_MIN_MS, RTT_MAX_MS = CONFIGURED_RTT_MS - 1.0, CONFIGURED_RTT_MS + 3.0
 # The kernel removes a dead namespace's veths asynchronously; give it this long.
@@ -204,7 +207,7 @@ def test_delay_line_gives_the_configured_rtt_between_dcs(tmp_path):
         res = net.run(src, ["ping", "-c", "20", "-i", "0.05", "-W", "2", str(dst.ip)])
         rtts = [float(w.split("=")[1]) for w in res.stdout.split() if w.startswith("time=")]
         assert len(rtts) == 20, res.stdout
-        assert RTT_MIN_MS <= statistics.median(rtts) <= RTT_MAX_MS, rtts
+        assert RTT_MIN_MS <= min(rtts) <= RTT_MAX_MS, rtts
         assert shaper.drops() == 0
         tag, pids = net.tag, [pid for pid, _ in net.ledger.processes]
     assert _gone(tag, pids)
