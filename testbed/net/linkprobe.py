@@ -78,6 +78,14 @@ def rtt(net: Network, src: Node, dst: Node, count: int = PING_COUNT,
         watch: Watch = None) -> tuple[float, float]:
     """Median and p99 RTT in ms from ``count`` ICMP echoes (µs resolution, kernel receive
     timestamps: see testbed.net.icmp); raises NetworkError when none return."""
+    samples = rtt_samples(net, src, dst, count, watch)
+    return statistics.median(samples), percentile(samples, 99)
+
+
+def rtt_samples(net: Network, src: Node, dst: Node, count: int = PING_COUNT,
+                watch: Watch = None) -> list[float]:
+    """The RTT in ms of each echo that returned; raises NetworkError when none
+    return."""
     res = net.run(src, [sys.executable, "-m", "testbed.net.icmp", str(dst.ip), str(count),
                         str(PING_INTERVAL_S)], check=False, timeout=60 + count * PING_INTERVAL_S,
                   watch=watch)
@@ -88,7 +96,7 @@ def rtt(net: Network, src: Node, dst: Node, count: int = PING_COUNT,
     if not samples:
         raise NetworkError(f"no echo reply from {dst.name} ({dst.ip}) to {src.name}: "
                            f"{(res.stdout + res.stderr).strip()[-300:]}")
-    return statistics.median(samples), percentile(samples, 99)
+    return samples
 
 
 def omit_s(rtt_ms: float) -> int:

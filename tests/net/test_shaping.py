@@ -17,7 +17,7 @@ import pytest
 
 from testbed.errors import ShapingError
 from testbed.net.backends import emulated_network
-from testbed.net.linkprobe import rtt, throughput
+from testbed.net.linkprobe import rtt, rtt_samples, throughput
 from testbed.net.shaping import shapers
 from testbed.net.steps import StepPlayer
 from testbed.topology import LinkProfile, Topology
@@ -51,12 +51,16 @@ def test_rate_is_shaped_by_htb_behind_the_delay_line(tmp_path):
 
 @pytest.mark.alone  # measured RTT within RTT_SLACK_MS: measured time
 def test_step_changes_rtt_while_running(tmp_path):
+    """Bounds the least ping of each side of the step: the path's delay plus the least
+    wake-up. Quiet tests run beside alone ones, and a CI run's median before the step was
+    11.66 ms for 10 ms; the median's fidelity is checked by the first test of this file. A step
+    not applied, or applied in one direction only, leaves the least after it at 10 or 30 ms."""
     topo = two_dc(delay_ms=5)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
-        before, _ = rtt(net, *ends(net), count=10)
+        before = min(rtt_samples(net, *ends(net), count=10))
         link = net.links[0]
         sh.update(link.index, LinkProfile(delay_ms=25), LinkProfile(delay_ms=25))
-        after, _ = rtt(net, *ends(net), count=10)
+        after = min(rtt_samples(net, *ends(net), count=10))
     assert abs(before - 10) < RTT_SLACK_MS and abs(after - 50) < RTT_SLACK_MS, (before, after)
 
 
