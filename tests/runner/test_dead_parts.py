@@ -1,5 +1,5 @@
 """A part of the harness that dies mid-sweep ends its cell in seconds, named, and the sweep
-recovers: real 3-cell sweeps (4 ranks over 2 DCs, delay lines, links measured) in which one
+recovers: real 3-cell sweeps (4 ranks over 2 DCs, delay lines) in which one
 process the runner started is killed by its pid, as the run log gives it. The killed cell's
 row fails within FAIL_WITHIN_S of the kill naming the part, the cells after it are ok, and
 nothing of the run is left: namespaces, interfaces, ledger, processes."""
@@ -128,6 +128,17 @@ def program_sweep(tmp_path):
     s.stop()
 
 
+@pytest.fixture
+def probing_sweep(tmp_path):
+    """deadparts.yaml with its links measured: each cell probes them (ping, iperf3) first.
+    The file names no other file, so its copy may live anywhere."""
+    exp = tmp_path / "deadparts.yaml"
+    exp.write_text(EXP.read_text().replace("measure_links: false", "measure_links: true"))
+    s = Sweep(tmp_path / "results", exp)
+    yield s
+    s.stop()
+
+
 def cell_running(sweep: Sweep, cell: int) -> dict[int, int]:
     """Pid by rank of cell ``cell`` (1-based) once its ranks have run for a second."""
     ranks = sweep.wait_for(f"cell {cell}'s ranks", lambda: len(sweep.ranks()) >= cell
@@ -204,7 +215,9 @@ def test_the_interpreter_killed_while_ranks_are_stopped_fails_the_cell_without_h
 
 
 @pytest.mark.slow  # a 3-cell sweep: 20 s alone, up to 46 s beside other tests
-def test_a_delay_line_killed_during_the_link_probe_fails_its_cell_naming_the_direction(sweep):
+def test_a_delay_line_killed_during_the_link_probe_fails_its_cell_naming_the_direction(
+        probing_sweep):
+    sweep = probing_sweep
     sweep.wait_for("row 1", sweep.rows, SWEEP_S)  # cell 2 now re-shapes the link, measures it
     time.sleep(0.5)
     direction, link, pid = sweep.delay_lines()[0]
@@ -218,6 +231,7 @@ def test_a_delay_line_killed_during_the_link_probe_fails_its_cell_naming_the_dir
     rows = sweep.finish()
     assert_recovered(sweep, rows, failed=2)
     assert rows[2]["network"] != rows[1]["network"]  # cell 3 ran on a rebuilt network
+    assert sweep.log().count("link dpa-dpb measured") == 2  # cells 1 and 3 probed their link
 
 
 @pytest.mark.slow  # a 3-cell sweep: 20 s alone, up to 46 s beside other tests
