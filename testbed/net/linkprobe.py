@@ -84,8 +84,7 @@ def rtt(net: Network, src: Node, dst: Node, count: int = PING_COUNT,
 
 def rtt_samples(net: Network, src: Node, dst: Node, count: int = PING_COUNT,
                 watch: Watch = None) -> list[float]:
-    """The RTT in ms of each echo that returned; raises NetworkError when none
-    return."""
+    """The RTT in ms of each echo that returned; raises NetworkError when none return."""
     res = net.run(src, [sys.executable, "-m", "testbed.net.icmp", str(dst.ip), str(count),
                         str(PING_INTERVAL_S)], check=False, timeout=60 + count * PING_INTERVAL_S,
                   watch=watch)
