@@ -17,7 +17,7 @@ import pytest
 
 from testbed.errors import ShapingError
 from testbed.net.backends import emulated_network
-from testbed.net.linkprobe import rtt, rtt_samples, throughput
+from testbed.net.linkprobe import percentile, rtt, rtt_samples, throughput
 from testbed.net.shaping import shapers
 from testbed.net.steps import StepPlayer
 from testbed.topology import LinkProfile, Topology
@@ -35,9 +35,14 @@ RATE_SLACK = 0.15
 
 @pytest.mark.alone  # measured RTT within RTT_SLACK_MS: measured time
 def test_delay_line_gives_the_configured_rtt(tmp_path):
+    """Bounds the lower quartile of 30 pings: a delay computed wrong in either direction, or
+    releases late for most packets, moves it. A machine that wakes the delay line late moves
+    only the later pings: a CI run's median was 32.0 ms for 30, and here, with two CPU hogs
+    or the user-mode kernel beside it, single releases came 1-9 ms late (SCHED_FIFO did not
+    help). The median's target is benchmarks/bench_delayline.py's, on a quiet machine."""
     with emulated_network(two_dc(delay_ms=15), shaper="delayline", workdir=tmp_path) as (net, sh):
-        median, _ = rtt(net, *ends(net), count=30)
-        assert abs(median - 30) < RTT_SLACK_MS, median
+        lower_quartile = percentile(rtt_samples(net, *ends(net), count=30), 25)
+        assert abs(lower_quartile - 30) < RTT_SLACK_MS, lower_quartile
         assert sh.drops() == 0
 
 
@@ -53,8 +58,8 @@ def test_rate_is_shaped_by_htb_behind_the_delay_line(tmp_path):
 def test_step_changes_rtt_while_running(tmp_path):
     """Bounds the least ping of each side of the step: the path's delay plus the least
     wake-up. Quiet tests run beside alone ones, and a CI run's median before the step was
-    11.66 ms for 10 ms; the median's fidelity is checked by the first test of this file. A step
-    not applied, or applied in one direction only, leaves the least after it at 10 or 30 ms."""
+    11.66 ms for 10 ms; the median's fidelity is bench_delayline.py's. A step not applied, or
+    applied in one direction only, leaves the least after it at 10 or 30 ms."""
     topo = two_dc(delay_ms=5)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
         before = min(rtt_samples(net, *ends(net), count=10))
