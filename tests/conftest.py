@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pytest
 
 import umlkernel
 from cpulog import cpu_logged
-from machineshare import is_quiet, machine_share
+from machineshare import QuietSpan, apart_from_quiet, is_quiet, machine_share
 from startorder import QUIET_GROUP, alone_with_their_group, group_of, in_start_order
 from testbed.launch.pool import RankPool
 from testbed.probe import kernel_has_netem
@@ -175,9 +176,25 @@ def pytest_runtest_protocol(item, nextitem):
     with cpu_logged(item.nodeid):  # only with TESTBED_TEST_CPU_LOG set (tests/cpulog.py)
         if directory is None:
             return (yield)
-        with machine_share(Path(directory), alone=item.get_closest_marker("alone") is not None,
-                           quiet=group_of(item) == QUIET_GROUP):
-            return (yield)
+        quiet = group_of(item) == QUIET_GROUP
+        if quiet:
+            _quiet_span(item.config, directory).enter()
+        apart = item.get_closest_marker("apart_from_quiet") is not None
+        try:
+            with apart_from_quiet(Path(directory)) if apart else nullcontext(), \
+                    machine_share(Path(directory),
+                                  alone=item.get_closest_marker("alone") is not None, quiet=quiet):
+                return (yield)
+        finally:
+            if quiet and (nextitem is None or group_of(nextitem) != QUIET_GROUP):
+                _quiet_span(item.config, directory).leave()
+
+
+def _quiet_span(config, directory: str) -> QuietSpan:
+    """This worker's hold on the quiet group's lock (tests/machineshare.py)."""
+    if not hasattr(config, "_testbed_quiet_span"):
+        config._testbed_quiet_span = QuietSpan(Path(directory))
+    return config._testbed_quiet_span
 
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection: boot only for what will run

@@ -21,6 +21,7 @@ disturbed the timing tests beside others was such kernel work (a fork of a proce
 torch, a namespace set up or torn down), not user-space CPU: four CPU hogs beside them did not
 (results/suite/xdist-timing.md, 2026-11-27). The quiet tests run on one worker while the
 ``alone`` tests run, on the core those leave idle (tests/conftest.py, tests/startorder.py).
+An ``apart_from_quiet`` test waits for the quiet group to end (``apart_from_quiet``).
 """
 from __future__ import annotations
 
@@ -80,6 +81,42 @@ def machine_share(directory: Path, *, alone: bool, quiet: bool = False) -> Itera
 
 _ALONE = "alone-"
 POLL_S = 0.1  # an ordinary test's wait between looks at the registrations
+# Held by the worker that runs the quiet group, from its first quiet test until its next test
+# is not one, and taken by every ``apart_from_quiet`` test: those never run beside the group.
+QUIET_LOCK = "quiet-group"
+
+
+class QuietSpan:
+    """The quiet group's hold on ``QUIET_LOCK``, on the worker that runs it: ``enter`` before
+    each quiet test, ``leave`` after the last of a run of them."""
+
+    def __init__(self, directory: Path):
+        self.path, self.fd = directory / QUIET_LOCK, None
+
+    def enter(self) -> None:
+        if self.fd is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self.fd = fd
+
+    def leave(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the lock
+            self.fd = None
+
+
+@contextmanager
+def apart_from_quiet(directory: Path) -> Iterator[None]:
+    """Wait until the quiet group has run, and keep it from running while the block runs.
+
+    The quiet tests compute on one core and the user-mode kernel of the netem tests is among
+    them: beside it single delay-line releases came 1-9 ms late, and a cell's CPU-bound compute
+    beside the quiet tests stretched as its control run's had. A test whose bound is a few
+    milliseconds, or that compares CPU-bound compute between two runs, takes this before it
+    waits for the machine (an ``alone`` test registers only then), so the other ``alone`` tests
+    go on meanwhile."""
+    with _flock(directory / QUIET_LOCK, fcntl.LOCK_EX):
+        yield
 
 
 def alone_registered(directory: Path) -> bool:

@@ -12,18 +12,20 @@ QUIET_GROUP = "quiet"
 
 
 def start_rank(item: pytest.Item) -> int:
-    """Under pytest-xdist, what starts first: the quiet group (0), then ``alone`` tests (1),
-    then ``slow`` and netem ones (2), then the rest (3). The quiet group is one unit, so one
-    worker takes it and runs it beside the ``alone`` tests, which need no lock from it. The
-    alone tests run one after another while nothing else runs, so they go next, before any
-    other test has started (one queued later waits for every running test to end, idling the
-    other workers meanwhile); the long ones go next, so the run does not end on one long
-    test."""
+    """Under pytest-xdist, what starts first: the quiet group (0), then ``alone`` tests (1; 2
+    for a unit with an ``apart_from_quiet`` test, which ``in_start_order`` sets), then
+    ``slow`` and netem ones (3), then the rest (4).
+    The quiet group is one unit, so one worker takes it and runs it beside the ``alone``
+    tests, which need no lock from it. The alone tests run one after another while nothing
+    else runs, so they go next, before any other test has started (one queued later waits for
+    every running test to end, idling the other workers meanwhile); the ``apart_from_quiet``
+    ones last among them, by when the quiet group, which they wait for, has long ended; the
+    long ones go next, so the run does not end on one long test."""
     if group_of(item) == QUIET_GROUP:
         return 0
     if item.get_closest_marker("alone") is not None:
-        return 1
-    return 2 if "slow" in item.keywords or "netem" in item.keywords else 3
+        return 1  # 2 for a unit with an apart_from_quiet test: in_start_order
+    return 3 if "slow" in item.keywords or "netem" in item.keywords else 4
 
 
 def group_of(item: pytest.Item) -> str | None:
@@ -52,6 +54,9 @@ def in_start_order(items: list[pytest.Item]) -> list[pytest.Item]:
         return f"@{group}" if group else item.nodeid
     rank: dict[str, int] = {}
     for item in items:
-        rank[unit(item)] = min(rank.get(unit(item), 3), start_rank(item))
+        rank[unit(item)] = min(rank.get(unit(item), 4), start_rank(item))
+    for item in items:  # a unit with an apart_from_quiet test waits for the quiet group
+        if item.get_closest_marker("apart_from_quiet") is not None and rank[unit(item)] == 1:
+            rank[unit(item)] = 2
     order = {item.nodeid: i for i, item in enumerate(items)}
     return sorted(items, key=lambda item: (rank[unit(item)], order[item.nodeid]))

@@ -39,9 +39,14 @@ def test_the_quiet_group_starts_first_then_alone_tests_then_slow_ones_and_groups
         FakeItem("e.py::uml", {"netem": ()}),
         FakeItem("d.py::timed", {"xdist_group": ("d.py",), "alone": ()}),
         FakeItem("f.py::quick"),
+        FakeItem("g.py::rtt", {"alone": (), "apart_from_quiet": ()}),
+        FakeItem("h.py::timed", {"alone": ()}),
+        FakeItem("k.py::first", {"xdist_group": ("k.py",), "alone": ()}),
+        FakeItem("k.py::rtt", {"xdist_group": ("k.py",), "alone": (), "apart_from_quiet": ()}),
     ]
     order = [i.nodeid for i in in_start_order(items)]
-    assert order == ["q.py::pure", "c.py::timed", "d.py::first", "d.py::timed", "b.py::slow", "e.py::uml",
+    assert order == ["q.py::pure", "c.py::timed", "d.py::first", "d.py::timed", "h.py::timed",
+                     "g.py::rtt", "k.py::first", "k.py::rtt", "b.py::slow", "e.py::uml",
                      "a.py::quick", "f.py::quick"]
 
 
@@ -144,3 +149,53 @@ def test_an_ordinary_test_never_overtakes_an_alone_test_queued_behind_another(tm
         p.join(10)
     assert log.read_text(encoding="utf-8").splitlines() == [
         "first alone", "queued alone", "ordinary"]
+
+
+def _quiet_group(directory, started, release, log):
+    """The worker of the quiet group, as tests/conftest.py runs it: two quiet tests in a row,
+    the span entered before each and left after the last."""
+    from machineshare import QuietSpan, machine_share
+    span = QuietSpan(directory)
+    for name, last in (("quiet 1", False), ("quiet 2", True)):
+        span.enter()
+        with machine_share(directory, alone=False, quiet=True):
+            _note(log, name)
+            if not last:
+                started.set()
+                release.wait(30)
+        if last:
+            span.leave()
+
+
+def _apart(directory, log):
+    """An apart_from_quiet test as tests/conftest.py runs it: apart from the quiet group,
+    then alone."""
+    from machineshare import apart_from_quiet, machine_share
+    with apart_from_quiet(directory), machine_share(directory, alone=True):
+        _note(log, "apart test")
+
+
+def test_an_apart_test_waits_for_the_whole_quiet_group_and_the_other_alone_tests_do_not(
+        tmp_path):
+    import multiprocessing
+    import time
+    from machineshare import QUIET_LOCK
+    ctx = multiprocessing.get_context("fork")
+    log, started, release = tmp_path / "order.log", ctx.Event(), ctx.Event()
+    quiet = ctx.Process(target=_quiet_group, args=(tmp_path, started, release, log))
+    quiet.start()
+    assert started.wait(10)
+    apart = ctx.Process(target=_apart, args=(tmp_path, log))
+    apart.start()
+    other = ctx.Process(target=_alone, args=(tmp_path, log))
+    other.start()
+    other.join(10)  # an alone test without the mark runs beside the quiet group
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and apart.is_alive():
+        time.sleep(0.05)
+    assert apart.is_alive() and is_held(tmp_path / QUIET_LOCK)  # between quiet tests too
+    release.set()
+    for p in (quiet, apart):
+        p.join(10)
+    assert log.read_text(encoding="utf-8").splitlines() == [
+        "quiet 1", "queued alone", "quiet 2", "apart test"]

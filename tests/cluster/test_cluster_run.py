@@ -16,6 +16,7 @@ def machine_ns(machines) -> list[str]:
 
 
 @pytest.mark.alone  # RTT, rate and iteration time against one box's: measured time
+@pytest.mark.apart_from_quiet
 def test_cluster_run_matches_netns_and_leaves_nothing(machines, machine_files, tmp_path):
     _, row = run(experiment("cluster", machine_files), tmp_path / "cluster")
     assert row["status"] == "ok", row["error"]

@@ -18,6 +18,7 @@ def node_ns(slurm_nodes) -> list[str]:
 
 
 @pytest.mark.alone  # RTT and iteration time against one box's: measured time
+@pytest.mark.apart_from_quiet
 def test_slurm_run_matches_netns_and_leaves_nothing(slurm_nodes, tmp_path):
     _, row = run(experiment("cluster", slurm=True), tmp_path / "slurm", SALLOC,
                  slurm_nodes.env())

@@ -21,6 +21,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.alone  # the measured RTT against the configured: measured time
+@pytest.mark.apart_from_quiet
 def test_net_check_prints_configured_and_measured_rtt_and_tears_down():
     res = cli("net", "check", "topologies/two-dc.yaml", "--no-rate")
     assert res.returncode == 0, res.stderr

@@ -34,6 +34,7 @@ RATE_SLACK = 0.15
 
 
 @pytest.mark.alone  # measured RTT within RTT_SLACK_MS: measured time
+@pytest.mark.apart_from_quiet
 def test_delay_line_gives_the_configured_rtt(tmp_path):
     """Bounds the lower quartile of 30 pings: a delay computed wrong in either direction, or
     releases late for most packets, moves it. A machine that wakes the delay line late moves
@@ -55,6 +56,7 @@ def test_rate_is_shaped_by_htb_behind_the_delay_line(tmp_path):
 
 
 @pytest.mark.alone  # measured RTT within RTT_SLACK_MS: measured time
+@pytest.mark.apart_from_quiet
 def test_step_changes_rtt_while_running(tmp_path):
     """Bounds the least ping of each side of the step: the path's delay plus the least
     wake-up. Quiet tests run beside alone ones, and a CI run's median before the step was
@@ -133,6 +135,7 @@ def test_stopped_delay_line_releases_what_it_held(tmp_path):
 
 
 @pytest.mark.alone  # measured RTT within RTT_SLACK_MS: measured time
+@pytest.mark.apart_from_quiet
 def test_steps_play_at_their_time(tmp_path):
     topo = two_dc_stepping(5, at_s=1.0, to_delay_ms=30)
     with emulated_network(topo, shaper="delayline", workdir=tmp_path) as (net, sh):
@@ -218,6 +221,7 @@ for i in range(int(sys.argv[2])):
 
 
 @pytest.mark.alone  # the delays of real packets are measured time
+@pytest.mark.apart_from_quiet
 def test_jitter_on_real_packets_spreads_delays_but_never_reorders(tmp_path):
     """500 datagrams 0.2 ms apart through 10 ms ± 4 ms of jitter arrive in order, and the
     echo RTTs of sparse pings spread as the jitter says (both directions jittered)."""

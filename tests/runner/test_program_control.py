@@ -18,9 +18,11 @@ import pytest
 
 from testbed.process import stop_process
 
-# alone: a row within 3 % of its control run is measured time
+# alone: a row within 3 % of its control run is measured time; apart from the quiet group: its
+# CPU-bound compute is compared between two runs, and beside the quiet tests the control run's
+# had stretched as much as the hogged cell's (0.061 % apart)
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow, pytest.mark.alone,
-              pytest.mark.timeout(600)]
+              pytest.mark.apart_from_quiet, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "examples" / "plain_pipeline.py"
 # the target: with no added delay, within 3 % of the control run

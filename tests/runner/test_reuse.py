@@ -53,6 +53,7 @@ def ours(results: Path) -> list[str]:
 
 
 @pytest.mark.alone  # each cell's measured RTT against its configured delay: measured time
+@pytest.mark.apart_from_quiet
 def test_cells_of_one_topology_share_the_network_interpreter_and_measurements(tmp_path):
     res, runner_pid = run(tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -67,6 +67,7 @@ def test_the_expected_request_time_follows_measured_requests():
 
 
 @pytest.mark.alone  # timed sleeps and wake-ups within WAKEUP_SLACK_S: measured time
+@pytest.mark.apart_from_quiet
 def test_nothing_is_filled_before_a_gap_has_been_measured():
     f = filler()
     t0 = time.monotonic_ns()
@@ -77,6 +78,7 @@ def test_nothing_is_filled_before_a_gap_has_been_measured():
 
 
 @pytest.mark.alone  # the gap it re-measures is a timed sleep
+@pytest.mark.apart_from_quiet
 def test_filling_stops_when_the_transfer_arrives_and_the_gap_is_remeasured():
     f = filler()
     f.gaps.observe(POINT, 0.200)  # predicted long, but the data comes after 40 ms
@@ -94,6 +96,7 @@ def test_filling_stops_when_the_transfer_arrives_and_the_gap_is_remeasured():
 
 
 @pytest.mark.alone  # timed sleeps and wake-ups within WAKEUP_SLACK_S: measured time
+@pytest.mark.apart_from_quiet
 def test_filling_ends_a_margin_before_the_predicted_gap_even_if_the_data_is_late():
     f = filler()
     f.gaps.observe(POINT, 0.030)  # predicted 30 ms, the data takes 80 ms
