@@ -18,6 +18,7 @@ import sys
 from testbed.net import ledger as ledgers
 from testbed.net.cluster import slurm
 from testbed.net.lab import ssh
+from testbed.net.lab.clean import remove_dir_argv
 from testbed.net.lab.lab import Lab
 from testbed.net.ledger import Ledger
 
@@ -72,7 +73,7 @@ def _clean_over_ssh(tag: str, tags: dict[str, str], m: dict) -> tuple[list[str],
                 r = ssh.run(lab.conns[h.name], h, _clean_argv(h.python, tags[h.name]),
                             check=False, timeout=CLEAN_TIMEOUT_S)
                 if r.returncode == 0 and m.get("run_dir"):  # the run's files there
-                    r = ssh.run(lab.conns[h.name], h, ["rm", "-rf", "--", m["run_dir"]],
+                    r = ssh.run(lab.conns[h.name], h, remove_dir_argv(m["run_dir"]),
                                 check=False, timeout=CLEAN_TIMEOUT_S)
                 _verdict(tag, h.name, tags[h.name], r.returncode, r.stderr or r.stdout,
                          removed, failed)

@@ -31,9 +31,22 @@ from testbed.net.shaping import tc
 
 CLEAN_TIMEOUT_S = 60.0
 # kill pid $1 when /proc/$1/stat still gives start time $2 (field 22; the name in field 2 may
-# hold spaces, so the fields are counted after its closing parenthesis)
-_KILL_IF_SAME = ('s=$(sed "s/.*) //" "/proc/$1/stat" 2>/dev/null | cut -d" " -f20); '
-                 '[ "$s" = "$2" ] && kill -KILL "$1"; true')
+# hold spaces, so the fields are counted after its closing parenthesis), then wait up to 5 s
+# for it to be gone or a zombie (field 3): a process still dying could write into the run
+# directory while it is removed
+_STAT = 'sed "s/.*) //" "/proc/$1/stat" 2>/dev/null | cut -d" " -f'
+_KILL_IF_SAME = (f's=$({_STAT}20); [ "$s" = "$2" ] || exit 0; kill -KILL "$1"; i=0; '
+                 f'while [ $i -lt 100 ]; do st=$({_STAT}1); '
+                 '{ [ -z "$st" ] || [ "$st" = Z ]; } && break; sleep 0.05; i=$((i+1)); done; true')
+# remove directory $1, again up to four times 0.2 s apart: a cluster run's rm once failed
+# with "Directory not empty", something of the killed run still writing in it
+_REMOVE_DIR = ('for i in 1 2 3 4; do rm -rf -- "$1" 2>/dev/null && exit 0; sleep 0.2; done; '
+               'rm -rf -- "$1"')
+
+
+def remove_dir_argv(path: str) -> list[str]:
+    """The command that removes a run's directory on a lab host or machine (``_REMOVE_DIR``)."""
+    return ["sh", "-c", _REMOVE_DIR, "sh", path]
 
 
 def lab_ledgers(include_live: bool = False, tag: str | None = None) -> list[Ledger]:
@@ -76,7 +89,7 @@ def _clean_host(host: LabHost, m: dict) -> str:
                 ssh.run(conn, host, ["tc", "qdisc", "del", "dev", iface, "root"],
                         privileged=True, timeout=CLEAN_TIMEOUT_S)
                 did.append(f"{root} on {iface}")
-        ssh.run(conn, host, ["rm", "-rf", "--", m["run_dir"]], timeout=CLEAN_TIMEOUT_S)
+        ssh.run(conn, host, remove_dir_argv(m["run_dir"]), timeout=CLEAN_TIMEOUT_S)
         return ", ".join(did + [m["run_dir"]])
     finally:
         conn.close()
