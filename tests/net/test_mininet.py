@@ -204,7 +204,9 @@ def test_delay_line_gives_the_configured_rtt_between_dcs(tmp_path):
                           workdir=tmp_path) as (net, shaper):
         assert net.ledger.backend == "mininet"
         src, dst = net.host("dc1", 0), net.host("dc2", 3)
-        res = net.run(src, ["ping", "-c", "20", "-i", "0.05", "-W", "2", str(dst.ip)])
+        # -w: wait up to 10 s for all 20 answers; with -W alone ping waits only two RTTs after
+        # its last echo, and under load a late answer (one took 29.7 ms of 20) counted as lost
+        res = net.run(src, ["ping", "-c", "20", "-i", "0.05", "-w", "10", str(dst.ip)])
         rtts = [float(w.split("=")[1]) for w in res.stdout.split() if w.startswith("time=")]
         assert len(rtts) == 20, res.stdout
         assert RTT_MIN_MS <= min(rtts) <= RTT_MAX_MS, rtts
