@@ -177,17 +177,13 @@ def pytest_runtest_protocol(item, nextitem):
         if directory is None:
             return (yield)
         quiet = group_of(item) == QUIET_GROUP
-        if quiet:
-            _quiet_span(item.config, directory).enter()
+        next_quiet = nextitem is not None and group_of(nextitem) == QUIET_GROUP
         apart = item.get_closest_marker("apart_from_quiet") is not None
-        try:
-            with apart_from_quiet(Path(directory)) if apart else nullcontext(), \
-                    machine_share(Path(directory),
-                                  alone=item.get_closest_marker("alone") is not None, quiet=quiet):
-                return (yield)
-        finally:
-            if quiet and (nextitem is None or group_of(nextitem) != QUIET_GROUP):
-                _quiet_span(item.config, directory).leave()
+        with _quiet_span(item.config, directory).around(quiet=quiet, next_quiet=next_quiet), \
+                apart_from_quiet(Path(directory)) if apart else nullcontext(), \
+                machine_share(Path(directory),
+                              alone=item.get_closest_marker("alone") is not None, quiet=quiet):
+            return (yield)
 
 
 def _quiet_span(config, directory: str) -> QuietSpan:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -87,22 +87,25 @@ QUIET_LOCK = "quiet-group"
 
 
 class QuietSpan:
-    """The quiet group's hold on ``QUIET_LOCK``, on the worker that runs it: ``enter`` before
-    each quiet test, ``leave`` after the last of a run of them."""
+    """The quiet group's hold on ``QUIET_LOCK``, on the worker that runs it: taken around its
+    first quiet test and let go after the last of a run of them."""
 
     def __init__(self, directory: Path):
-        self.path, self.fd = directory / QUIET_LOCK, None
+        self.path, self.held, self.holding = directory / QUIET_LOCK, ExitStack(), False
 
-    def enter(self) -> None:
-        if self.fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self.fd = fd
-
-    def leave(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing releases the lock
-            self.fd = None
+    @contextmanager
+    def around(self, *, quiet: bool, next_quiet: bool) -> Iterator[None]:
+        """Run one test: a quiet one holds the lock (taken if not yet held), and lets it go
+        after it unless the test after it (``next_quiet``) is quiet too."""
+        if quiet and not self.holding:
+            self.held.enter_context(_flock(self.path, fcntl.LOCK_EX))
+            self.holding = True
+        try:
+            yield
+        finally:
+            if quiet and not next_quiet:
+                self.held.close()
+                self.holding = False
 
 
 @contextmanager

@@ -153,18 +153,18 @@ def test_an_ordinary_test_never_overtakes_an_alone_test_queued_behind_another(tm
 
 def _quiet_group(directory, started, release, log):
     """The worker of the quiet group, as tests/conftest.py runs it: two quiet tests in a row,
-    the span entered before each and left after the last."""
+    then an ordinary one."""
     from machineshare import QuietSpan, machine_share
     span = QuietSpan(directory)
-    for name, last in (("quiet 1", False), ("quiet 2", True)):
-        span.enter()
-        with machine_share(directory, alone=False, quiet=True):
-            _note(log, name)
-            if not last:
+    for name, quiet, next_quiet in (("quiet 1", True, True), ("quiet 2", True, False),
+                                    ("after", False, False)):
+        with span.around(quiet=quiet, next_quiet=next_quiet), \
+                machine_share(directory, alone=False, quiet=quiet):
+            if quiet:
+                _note(log, name)
+            if name == "quiet 1":
                 started.set()
                 release.wait(30)
-        if last:
-            span.leave()
 
 
 def _apart(directory, log):
