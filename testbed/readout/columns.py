@@ -53,7 +53,8 @@ FILLER = ["filler_basis", "utilization", "training_utilization", "filler_request
 # links_measured_in: the cell/repeat whose link measurement these link columns are (made once
 # per link state and network: testbed.runner.livenet)
 BOOKKEEPING = ["metrics_source", "iteration_basis", "exit_status", "wall_time_s",
-               "iterations_measured", "delayline_drops", "queue_drops", "network",
+               "iterations_measured", "delayline_drops", "delayline_late_releases",
+               "delayline_releases", "queue_drops", "network",
                "links_measured_in", "network_setup_s", "measure_links_s", "started_at",
                "duration_s"]
 # self-fidelity (testbed.readout.fidelity): the verdict, what it could not check, and its signals

@@ -17,6 +17,10 @@ are not this box's, a cell without a prediction has no gap to check).
   over the measured iterations (the workers' whole phase when there are no traces), from
   /proc/stat sampled through the workers' phase (``testbed.readout.cpu.CpuSampler``).
 - ``delayline_drops`` and ``queue_drops`` (already in the row).
+- Late packet releases: ``delayline_late_releases`` of ``delayline_releases``, the delay
+  lines' releases that came more than 1 ms after their packets were due
+  (``testbed.net.shaping.delayline.LATE_RELEASE_S``), over the cell (the shaper asks each for
+  fresh statistics at the cell's start and end: ``DelayLineShaper.releases``).
 - ``predicted_gap_pct``: measured vs predicted iteration time, in %; a gap outside the band
   names the data-parallel all-reduce when its exposed time is off by half the gap or more,
   and so a link direction whose all-reduces ended further apart than predicted (``ringskew``).
@@ -37,8 +41,8 @@ from testbed.cell.celldir import CellDir
 from testbed.plan import CellPlan
 from testbed.readout import ringskew
 from testbed.readout.cpu import CpuSampler
-from testbed.readout.traces import load_traces, measured_window, percentile
-from testbed.sim.calibration import SLEEP_OVERSHOOT_S
+from testbed.readout.traces import load_traces, measured_window
+from testbed.readout.tracesignals import Overshoot, compute_overshoot, late_starts
 
 log = logging.getLogger(__name__)
 
@@ -70,54 +74,11 @@ CPU_BUSY_MAX_PCT = 90.0
 # The delay line drops nothing by design (no fail-open, a large queue): any drop is the
 # emulator falling behind, and TCP's retransmission then adds time no model predicts.
 DELAYLINE_DROPS_MAX = 0
-
-
-# ------------------------------------------------------------------ signals from traces
-@dataclass
-class Overshoot:
-    """Emulated compute overshoot over the measured iterations: raw p50 and p99 (ms), the
-    stretch beyond the calibrated sleep overshoot (% of the modelled time) and p99's excess
-    over that calibration (ms)."""
-
-    p50_ms: float
-    p99_ms: float
-    stretch_pct: float | None
-    actions: int
-
-    @property
-    def p99_excess_ms(self) -> float:
-        return self.p99_ms - SLEEP_OVERSHOOT_S * 1e3
-
-
-def compute_overshoot(traces: dict[int, list[dict]]) -> Overshoot | None:
-    """Actual − modelled duration of every emulated compute action (records with
-    ``model_ns``) in the measured (not warm-up) iterations; None when there is none."""
-    warm = {r["iter"] for recs in traces.values() for r in recs
-            if r.get("type") == "iter" and r.get("warmup")}
-    over: list[int] = []
-    modelled = 0
-    for recs in traces.values():
-        for r in recs:
-            if r.get("type") == "action" and "model_ns" in r and r["iter"] not in warm:
-                over.append(r["t1"] - r["t0"] - r["model_ns"])
-                modelled += r["model_ns"]
-    if not over:
-        return None
-    excess_ns = sum(over) - len(over) * SLEEP_OVERSHOOT_S * 1e9
-    return Overshoot(percentile(over, 50) / 1e6, percentile(over, 99) / 1e6,
-                     100 * excess_ns / modelled if modelled else None, len(over))
-
-
-def late_starts(traces: dict[int, list[dict]]) -> tuple[int, int] | None:
-    """(late starts summed over ranks, measured iterations) from the workers' ``start_sync``
-    and ``iter`` records (warm-up iterations count in neither); None when no rank has a
-    ``start_sync`` record (a program)."""
-    syncs = [r for recs in traces.values() for r in recs if r.get("type") == "start_sync"]
-    if not syncs:
-        return None
-    iters = max(sum(1 for r in recs if r.get("type") == "iter" and not r.get("warmup"))
-                for recs in traces.values())
-    return sum(int(r.get("late_starts", 0)) for r in syncs), iters
+# Delay-line releases more than 1 ms late may be at most this share of their releases: each
+# adds 1 ms or more to its packets (5 % of a 20 ms link); one in twenty, as for late starts.
+# In a two-DC pipeline cell this machine counted 0-10 of 534-562 idle and 5-7 of 553-584
+# beside two CPU hogs (results/benchmarks/slow_day_2026-12-03.md), so a quiet cell stays ok.
+LATE_RELEASE_MAX_SHARE = 0.05
 
 
 # ------------------------------------------------------------------ the verdict
@@ -129,6 +90,7 @@ class Signals:
     late: tuple[int, int] | None = None       # (late starts, iterations run)
     cpu_busy_pct: float | None = None
     delayline_drops: int | None = None
+    releases: tuple[int, int] | None = None   # delay-line releases (late, all)
     queue_drops: int | None = None
     measured_s: float | None = None           # median iteration time
     predicted_s: float | None = None
@@ -196,6 +158,15 @@ def _delayline(s: Signals) -> str | None:
         if s.delayline_drops > DELAYLINE_DROPS_MAX else ""
 
 
+def _late_releases(s: Signals) -> str | None:
+    if s.releases is None:
+        return ""  # no delay line (netem, lab hosts): nothing releases late in user space
+    late, releases = s.releases
+    return f"{late} of {releases} delay-line releases more than 1 ms late > " \
+        f"{LATE_RELEASE_MAX_SHARE:.0%}" if releases and late / releases > LATE_RELEASE_MAX_SHARE \
+        else ""
+
+
 def _gap(s: Signals) -> str | None:
     gap = s.gap_pct
     if gap is None:
@@ -215,6 +186,7 @@ def _gap(s: Signals) -> str | None:
 CHECKS: dict[str, Check] = {"compute overshoot": _stretch, "compute overshoot tail": _tail,
                             "late starts": _late, "compute vs control run": _control,
                             "CPU": _cpu, "delay-line drops": _delayline,
+                            "delay-line late releases": _late_releases,
                             "measured vs predicted": _gap, "all-reduce sharing": lambda s:
                             ringskew.check(s.ring_skew, s.measured_s, s.predicted_s,
                                            AGREEMENT_PCT)}
@@ -257,7 +229,9 @@ def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
     # a cell with steps has its phased prediction in ``row``; the others the plan's
     predicted = row.get("predicted_iteration_time_s",
                         plan.prediction.get("predicted_iteration_time_s"))
+    late, releases = row.get("delayline_late_releases"), row.get("delayline_releases")
     s = Signals(delayline_drops=row.get("delayline_drops"), queue_drops=row.get("queue_drops"),
+                releases=None if late is None or releases is None else (late, releases),
                 measured_s=row.get("iteration_time_s"), predicted_s=predicted,
                 compute_vs_control_pct=row.get("compute_vs_control_pct"),
                 program=plan.experiment.workload.program is not None)

@@ -266,9 +266,11 @@ def _finished(plan: CellPlan, cell_dir: CellDir):
 
 
 def _drops(shaper: Shaper, before: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The shaper's drop counters; with ``before``, what they counted since then (a network
-    kept across cells keeps counting)."""
-    now = {"delayline_drops": shaper.drops(), "queue_drops": shaper.queue_drops()}
+    """The shaper's drop and late-release counters; with ``before``, what they counted since
+    then (a network kept across cells keeps counting)."""
+    late, releases = shaper.releases() or (None, None)
+    now = {"delayline_drops": shaper.drops(), "queue_drops": shaper.queue_drops(),
+           "delayline_late_releases": late, "delayline_releases": releases}
     if before is None:
         return now
     return {k: v if v is None or before.get(k) is None else max(0, v - before[k])

@@ -19,6 +19,7 @@ from testbed.errors import ShapingError
 from testbed.net.backends import emulated_network
 from testbed.net.linkprobe import percentile, rtt_samples, throughput
 from testbed.net.shaping import shapers
+from testbed.net.shaping.nfqueue import queue_table
 from testbed.net.steps import StepPlayer
 from testbed.topology import LinkProfile, Topology
 from twodc import ends, two_dc, two_dc_stepping
@@ -108,6 +109,43 @@ def test_a_dead_delay_line_fails_verification(tmp_path):
         sh.directions[0].proc.wait()
         with pytest.raises(ShapingError, match="delay-line process"):
             sh.verify()
+
+
+def test_a_delay_line_held_up_counts_its_release_late(tmp_path):
+    with emulated_network(two_dc(delay_ms=3000), shaper="delayline", workdir=tmp_path) as (
+            net, sh):
+        a, b = ends(net)
+        held = sh.directions[0]  # a→b
+        before = written_stats(sh)[held.label]  # what building the network sent through it
+        ping = net.popen(a, ["ping", "-n", "-c", "1", "-W", "20", str(b.ip)],
+                         stdout=subprocess.PIPE, text=True)
+        # the echo request queued for the delay line (the kernel keeps it until its verdict),
+        # then read by it, which waits on the queue: now held, due 3 s after it came
+        deadline = time.monotonic() + 5
+        while queue_table(net, held.end.router)[held.queue]["held"] == 0 \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        held.proc.send_signal(signal.SIGSTOP)  # its release comes >= 0.5 s after it was due
+        time.sleep(3.5)
+        held.proc.send_signal(signal.SIGCONT)
+        out, _ = ping.communicate(timeout=20)
+        assert "1 received" in out, out
+        asked = time.monotonic()
+        after = written_stats(sh)[held.label]
+        # each delay line answered the request for fresh statistics, none waited for
+        assert time.monotonic() - asked < shapers.STATS_WAIT_S
+    # the request's one release was late, and counted so
+    assert (after["releases"] - before["releases"],
+            after["late_releases"] - before["late_releases"]) == (1, 1), (before, after)
+    assert after["late_max_us"] >= 0.5e6, (before, after)
+
+
+def written_stats(sh) -> dict[str, dict]:
+    """Each delay line's statistics, fresh: ``releases`` asks each to write them (SIGUSR1)
+    and waits until it has."""
+    sh.releases()
+    return sh.stats()
 
 
 def test_intra_dc_delay_is_refused_by_the_delay_line(tmp_path, netns_list):

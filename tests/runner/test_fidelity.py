@@ -35,7 +35,7 @@ def overshoot(p99_ms: float = CAL_MS, stretch_pct: float = 0.0) -> F.Overshoot:
 def quiet(**kw) -> F.Signals:
     """Signals of a cell that passes every check: 100 ms iterations within 1 % of predicted."""
     base = dict(overshoot=overshoot(), late=(0, 20), cpu_busy_pct=40.0, delayline_drops=0,
-                queue_drops=0, measured_s=0.101, predicted_s=0.100)
+                releases=(0, 400), queue_drops=0, measured_s=0.101, predicted_s=0.100)
     return F.Signals(**{**base, **kw})
 
 
@@ -55,6 +55,8 @@ OVER = {
     "late": (dict(late=(2, 20)), "2 late starts in 20 iterations > 5%"),
     "cpu": (dict(cpu_busy_pct=F.CPU_BUSY_MAX_PCT + 1), "CPU busy 91 % > 90 %"),
     "delayline": (dict(delayline_drops=1), "delay line dropped 1 packets"),
+    "late_releases": (dict(releases=(21, 400)),
+                      "21 of 400 delay-line releases more than 1 ms late > 5%"),
     "gap": (dict(measured_s=0.1051), "measured +5.1 % vs predicted, outside ±5 %"),
     "gap_below": (dict(measured_s=0.0949), "measured -5.1 % vs predicted, outside ±5 %"),
 }
@@ -64,6 +66,7 @@ INSIDE = {
     "late": dict(late=(1, 20)),
     "cpu": dict(cpu_busy_pct=F.CPU_BUSY_MAX_PCT - 1),
     "delayline": dict(delayline_drops=None),  # no delay line (netem): nothing to drop
+    "late_releases": dict(releases=(20, 400)),
     "gap": dict(measured_s=0.1049),
     "gap_below": dict(measured_s=0.0951),
 }
@@ -289,6 +292,10 @@ def test_assess_a_cell_from_its_traces_row_plan_and_the_cpu_over_its_measured_it
     assert "all-reduce" not in F.assess(
         tmp_path, plan, {**row, **ar, "predicted_allreduce_exposed_s": float("nan")},
         cpu)["fidelity"]
+    # the delay lines' late releases the cell's run counted are read from the row
+    late = {"delayline_late_releases": 10, "delayline_releases": 100}
+    assert "10 of 100 delay-line releases more than 1 ms late" in F.assess(
+        tmp_path, plan, {**row, **late}, cpu)["fidelity"]
     # a row with its own (phased) prediction is judged against that one
     assert F.assess(tmp_path, plan, {**row, "predicted_iteration_time_s": predicted * 1.2},
                     cpu)["predicted_gap_pct"] == 0.0

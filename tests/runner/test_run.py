@@ -59,6 +59,16 @@ def test_sweep_writes_the_csv_contract_plots_and_traces(tmp_path):
               "rate_mbit_measured"):
         assert LINK + c in df.columns
     assert list(df["status"]) == ["ok"] * 3 and df["shaper"].iloc[0] in ("netem", "delayline")
+    # the delay lines' releases over each delayed cell (none counted where netem shaped), and
+    # how many of them came late: not all of them
+    released = df.set_index("links.inter_dc.delay_ms")[["delayline_late_releases",
+                                                        "delayline_releases"]]
+    if df["shaper"].iloc[0] == "delayline":
+        delayed = released.loc[[5, 20]]
+        assert (delayed["delayline_releases"] > 0).all(), released
+        assert (delayed["delayline_late_releases"] < delayed["delayline_releases"]).all()
+    else:
+        assert released.isna().all().all(), released
     by_delay = df.set_index("links.inter_dc.delay_ms")["iteration_time_s"]
     # 1F1B on 2 stages pays the boundary delay at least twice per iteration (fill and drain)
     assert by_delay[20] - by_delay[0] > 2 * 0.020, by_delay.to_dict()

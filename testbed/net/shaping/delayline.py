@@ -17,7 +17,8 @@ with a DROP verdict at arrival.
 Run as ``python -m testbed.net.shaping.delayline --config FILE`` inside the namespace. The config
 (JSON) is re-read on SIGHUP (that is how time-varying steps change the delay); statistics, with
 the config in force (``config``, read back by the shaper), are written to ``stats`` next to the
-config about once a second, at once after a reload, and at exit. SIGTERM/SIGINT stop it;
+config about once a second, at once after a reload, at its next wake-up after a SIGUSR1 (counted
+in ``stats_requests``, so that the shaper reads them fresh), and at exit. SIGTERM/SIGINT stop it;
 packets still held are accepted on the way out (none are lost to a stop).
 
 This module imports only the standard library (and ``nfnetlink``, which does too) so that a
@@ -54,6 +55,9 @@ SPIN_MAX_S = 200e-6         # never spin longer than this per wake-up (CPU budge
 SPIN_MAX_HELD = 8           # spin only for sparse traffic; bulk transfers need the CPU more
 MAX_RECV_PER_TICK = 64      # bound reading so releases are never starved
 STATS_EVERY_S = 1.0
+# A release this much after its packets were due counts late (``late_releases``; the row's
+# fidelity reads the share). Idle, at most 0.1 ms here; beside two CPU hogs or UML, 1-9 ms.
+LATE_RELEASE_S = 1e-3
 IDLE_WAIT_S = 0.05         # wake-up when idle, so a SIGHUP reload applies promptly
 PARETO_ALPHA = 3.0          # shape of the Pareto jitter tail (finite variance)
 
@@ -117,10 +121,13 @@ class DelayLine:
         self.rng = random.Random(seed)
         self.held: collections.deque[tuple[float, int]] = collections.deque()
         self.last_release = 0.0
+        # releases: verdicts sent; late: after their first packet was due (LATE_RELEASE_S)
         self.stats = {"queue": queue, "packets": 0, "released": 0, "ge_dropped": 0,
-                      "verdict_errors": 0, "stamped": 0, "max_held": 0, "late_max_us": 0.0, "releases": 0, "late_sum_us": 0.0,
-                      "config_loads": 0, "delay_ms": None, "started": time.time()}
-        self.reload_wanted = True
+                      "verdict_errors": 0, "stamped": 0, "max_held": 0, "releases": 0,
+                      "late_releases": 0, "late_max_us": 0.0, "late_sum_us": 0.0,
+                      "config_loads": 0, "stats_requests": 0, "delay_ms": None,
+                      "started": time.time()}
+        self.reload_wanted, self.stats_wanted = True, False
         self.running = True
         self.sock: socket.socket | None = None
         # Timed wake-ups come late by a roughly constant amount on a given machine; aim that
@@ -160,7 +167,9 @@ class DelayLine:
             if ready:
                 self._read(view, now)
             self._release(time.monotonic())
-            if time.monotonic() >= next_stats:
+            if self.stats_wanted or time.monotonic() >= next_stats:
+                self.stats["stats_requests"] += self.stats_wanted
+                self.stats_wanted = False
                 self.write_stats()
                 next_stats = time.monotonic() + STATS_EVERY_S
         self._flush()
@@ -219,6 +228,7 @@ class DelayLine:
         self.stats["released"] += count
         self.stats["releases"] += 1
         self.stats["late_sum_us"] += late * 1e6
+        self.stats["late_releases"] += late > LATE_RELEASE_S
         if late * 1e6 > self.stats["late_max_us"]:
             self.stats["late_max_us"] = round(late * 1e6, 1)
 
@@ -275,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGHUP, hup)
+    signal.signal(signal.SIGUSR1, lambda *_: setattr(line, "stats_wanted", True))
     try:
         line.reload()
         line.run()

@@ -51,6 +51,12 @@ class Shaper(ABC):
         """Packets the emulator itself dropped (not configured loss, not the queue); None
         where nothing measures it."""
 
+    def releases(self) -> tuple[int, int] | None:
+        """(late, all) packet releases of the emulator so far, summed over directions: late is
+        more than ``delayline.LATE_RELEASE_S`` after the packets were due. None where nothing
+        releases packets in user space (kernel qdiscs)."""
+        return None
+
     @abstractmethod
     def queue_drops(self) -> int:
         """Packets the bottleneck queues dropped, summed over directions."""

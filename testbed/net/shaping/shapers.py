@@ -30,6 +30,9 @@ from testbed.topology import LinkProfile
 log = logging.getLogger(__name__)
 
 DELAYLINE_START_TIMEOUT_S = 10.0
+# How long ``releases`` waits for the delay lines' fresh statistics: an idle one wakes every
+# 50 ms (IDLE_WAIT_S), a busy one at each packet and release.
+STATS_WAIT_S = 1.0
 
 
 class NetemShaper(NamespaceShaper):
@@ -197,6 +200,23 @@ class DelayLineShaper(NamespaceShaper):
             for row in queue_table(self.net, router).values():
                 total += row["queue_dropped"] + row["user_dropped"]
         return total
+
+    def releases(self) -> tuple[int, int]:
+        """(late, all) releases the delay lines counted so far: each running one is asked
+        (SIGUSR1) to write its statistics at its next wake-up and waited for, at most
+        STATS_WAIT_S (one holding a packet for longer wakes only when it is due; its last
+        statistics, about a second old, count then)."""
+        live = [d for d in self.directions if d.stats and d.proc and d.proc.poll() is None]
+        asked = {d.label: self._stats(d).get("stats_requests", 0) for d in live}
+        for d in live:
+            d.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + STATS_WAIT_S
+        while any(self._stats(d).get("stats_requests", 0) <= asked[d.label] for d in live) \
+                and time.monotonic() < deadline:
+            time.sleep(0.005)
+        got = [self._stats(d) for d in self.directions if d.stats]
+        return (sum(int(s.get("late_releases", 0)) for s in got),
+                sum(int(s.get("releases", 0)) for s in got))
 
     def stats(self) -> dict[str, dict]:
         """Per-direction statistics the delay-line processes wrote."""
