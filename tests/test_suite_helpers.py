@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -199,3 +200,27 @@ def test_an_apart_test_waits_for_the_whole_quiet_group_and_the_other_alone_tests
         p.join(10)
     assert log.read_text(encoding="utf-8").splitlines() == [
         "quiet 1", "queued alone", "quiet 2", "apart test"]
+
+
+def test_a_prediction_missed_passes_only_when_the_rows_verdict_blames_the_machine():
+    """tests/prediction.py against verdicts that testbed.readout.fidelity itself writes."""
+    from prediction import PredictionNotJudged, check_prediction
+    from testbed.readout import fidelity as F
+
+    def row(**signals) -> dict:
+        text, details = F.verdict(F.Signals(measured_s=1.31, predicted_s=1.0, **signals))
+        return {"iteration_time_s": 1.31, "predicted_iteration_time_s": 1.0, **details}
+
+    check_prediction({"fidelity": "ok"}, within=True)  # the band held: nothing else asked
+    # missed, and the verdict names only the gap (or nothing): the prediction is wrong
+    for missed in (row(), row(cpu_busy_pct=50.0), {"fidelity": "ok"}, {}):
+        with pytest.raises(AssertionError, match="names no cause on this machine"):
+            check_prediction(missed, within=False)
+    # missed on a machine the row measured late or busy: warned, not judged
+    late = F.Overshoot(p50_ms=0.3, p99_ms=9.0, stretch_pct=12.0, actions=100)
+    for blamed, cause in ((row(overshoot=late), "compute +12.0 % over modelled"),
+                          (row(cpu_busy_pct=97.0), "CPU busy 97 %"),
+                          (row(late=(3, 10)), "3 late starts in 10 iterations")):
+        assert "; measured +31.0 % vs predicted" in blamed["fidelity"], blamed["fidelity"]
+        with pytest.warns(PredictionNotJudged, match=re.escape(cause)):
+            check_prediction(blamed, within=False)
