@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from prediction import check_prediction
 from testbed.errors import WorkerError
+from testbed.readout import fidelity
 from testbed.readout.executorcosts import executor_costs
 from testbed.readout.traces import load_traces, losses, metrics_from_traces
 from testbed.readout.perfetto import export
+from testbed.readout.tracesignals import compute_overshoot, late_starts
 from testbed.plan import plan_cell
 from testbed.spec import Compute, Experiment, ModelSpec, Parallel, Workload
 from testbed.sim import calibration
@@ -73,7 +76,9 @@ def test_emulated_bubble_matches_theory(rank_pool, tmp_path, monkeypatch, schedu
     # much as they are worth (CI measured 0.195 for 1f1b, m = 16, against 0.167 predicted with
     # the costs calibrated earlier). So the measured bubble is held within 2 points of the
     # simulator's prediction of this very run with the costs this run measured
-    # (testbed.readout.executorcosts), and never below the theory itself.
+    # (testbed.readout.executorcosts), and never below the theory itself; or, outside those
+    # bands, the run's own fidelity (what its row would say) names what on this machine
+    # distorted it (tests/prediction.py).
     p = 4
     w = Workload(model=TINY_MODEL, parallel=Parallel(pp=p), schedule=schedule, microbatches=m,
                  compute=Compute(forward_ms=20, backward_ms=40), iterations=6, warmup=1)
@@ -82,18 +87,24 @@ def test_emulated_bubble_matches_theory(rank_pool, tmp_path, monkeypatch, schedu
     theory = (p - 1) / (m + p - 1)
     calibrated = loopback_prediction(w)["predicted_bubble_ratio"]
     assert theory < calibrated < theory + 0.02  # the costs are small beside 60 ms
-    for name, seconds in executor_costs(load_traces(tmp_path)).items():
+    traces = load_traces(tmp_path)
+    for name, seconds in executor_costs(traces).items():
         monkeypatch.setattr(calibration, name, seconds)
     own = loopback_prediction(w)
     predicted = own["predicted_bubble_ratio"]
-    assert got["bubble_ratio"] == pytest.approx(predicted, abs=0.02), (got, predicted)
+    _, row = fidelity.verdict(fidelity.Signals(
+        overshoot=compute_overshoot(traces), late=late_starts(traces),
+        measured_s=got["iteration_time_s"], predicted_s=own["predicted_iteration_time_s"]))
+    check_prediction(row, got["bubble_ratio"] == pytest.approx(predicted, abs=0.02),
+                     f"bubble {got['bubble_ratio']} for {predicted}")
     assert got["bubble_ratio"] > theory - 0.005, (got, theory)
     # the span is at least the ideal (m + p − 1)(F + B), and as long as this run's costs make
     # it: within 3 % of the same prediction (a fresh-clone suite here, beside other work,
     # measured 1.236 s for 1f1b, m = 16: 8 % over the ideal 1.14 s, with the bubble in its band)
     ideal = (m + p - 1) * 0.060
     assert got["iteration_time_s"] >= ideal, (got, ideal)
-    assert got["iteration_time_s"] == pytest.approx(own["predicted_iteration_time_s"], rel=0.03)
+    check_prediction(row, got["iteration_time_s"] == pytest.approx(
+        own["predicted_iteration_time_s"], rel=0.03), "the iteration")
 
 
 def loopback_prediction(w: Workload) -> dict:
