@@ -124,7 +124,7 @@ class DelayLine:
         # releases: verdicts sent; late: after their first packet was due (LATE_RELEASE_S)
         self.stats = {"queue": queue, "packets": 0, "released": 0, "ge_dropped": 0,
                       "verdict_errors": 0, "stamped": 0, "max_held": 0, "releases": 0,
-                      "late_releases": 0, "late_max_us": 0.0, "late_sum_us": 0.0,
+                      "late_releases": 0, "late_max_us": 0.0,
                       "config_loads": 0, "stats_requests": 0, "delay_ms": None,
                       "started": time.time()}
         self.reload_wanted, self.stats_wanted = True, False
@@ -227,7 +227,6 @@ class DelayLine:
         self.sock.send(verdict_message(self.queue, NF_ACCEPT, last_id, batch=True))
         self.stats["released"] += count
         self.stats["releases"] += 1
-        self.stats["late_sum_us"] += late * 1e6
         self.stats["late_releases"] += late > LATE_RELEASE_S
         if late * 1e6 > self.stats["late_max_us"]:
             self.stats["late_max_us"] = round(late * 1e6, 1)

@@ -206,17 +206,20 @@ class DelayLineShaper(NamespaceShaper):
         (SIGUSR1) to write its statistics at its next wake-up and waited for, at most
         STATS_WAIT_S (one holding a packet for longer wakes only when it is due; its last
         statistics, about a second old, count then)."""
-        live = [d for d in self.directions if d.stats and d.proc and d.proc.poll() is None]
-        asked = {d.label: self._stats(d).get("stats_requests", 0) for d in live}
-        for d in live:
+        got = {d.label: self._stats(d) for d in self.directions if d.stats}
+        waiting = [d for d in self.directions if d.stats and d.proc and d.proc.poll() is None]
+        asked = {d.label: got[d.label].get("stats_requests", 0) for d in waiting}
+        for d in waiting:
             d.proc.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + STATS_WAIT_S
-        while any(self._stats(d).get("stats_requests", 0) <= asked[d.label] for d in live) \
-                and time.monotonic() < deadline:
-            time.sleep(0.005)
-        got = [self._stats(d) for d in self.directions if d.stats]
-        return (sum(int(s.get("late_releases", 0)) for s in got),
-                sum(int(s.get("releases", 0)) for s in got))
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.01)
+            for d in waiting:
+                got[d.label] = self._stats(d)
+            waiting = [d for d in waiting
+                       if got[d.label].get("stats_requests", 0) <= asked[d.label]]
+        return (sum(int(s.get("late_releases", 0)) for s in got.values()),
+                sum(int(s.get("releases", 0)) for s in got.values()))
 
     def stats(self) -> dict[str, dict]:
         """Per-direction statistics the delay-line processes wrote."""
