@@ -8,7 +8,6 @@ import pytest
 
 from testbed.plan import crossdc_context, plan_cell, predict
 from testbed.spec import PROJECT_ROOT, load_experiment
-from testbed.train.worker import WorkerFailure, _schedule
 
 
 def _load(tmp_path, body: str):
@@ -77,6 +76,7 @@ def test_cross_dc_schedules_are_planned_and_predicted_within_the_memory_limit(tm
 
 
 def test_worker_runs_the_planned_schedule_and_refuses_an_unplanned_cross_dc_one(tmp_path):
+    from testbed.train.worker import WorkerFailure, _schedule  # imports torch: here, not at collection (tests/cudadevices.py)
     plan = plan_cell(_load(tmp_path, CROSS).cells[2])
     exp = plan.experiment
     cell = plan.cell_file()

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -224,3 +227,23 @@ def test_a_prediction_missed_passes_only_when_the_rows_verdict_blames_the_machin
         assert "; measured +31.0 % vs predicted" in blamed["fidelity"], blamed["fidelity"]
         with pytest.warns(PredictionNotJudged, match=re.escape(cause)):
             check_prediction(blamed, within=False)
+
+
+# what collecting the suite may not import: every pytest-xdist worker collects every module,
+# and before any test starts (torch there took the six workers' collection from 11.369 to 22.902 s)
+HEAVY_AT_COLLECTION = ("torch", "matplotlib")
+COLLECT = """
+import sys, pytest
+code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests"])
+print("IMPORTED", *[m for m in {heavy!r} if m in sys.modules])
+sys.exit(code)
+"""
+
+
+def test_collecting_the_suite_imports_neither_torch_nor_matplotlib():
+    r = subprocess.run([sys.executable, "-c", COLLECT.format(heavy=HEAVY_AT_COLLECTION)],
+                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("IMPORTED")]
+    assert line == "IMPORTED", f"{line}: import them inside the tests (tests/cudadevices.py)"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 
+from cudadevices import cuda_devices
 from testbed.errors import WorkerError
 from testbed.launch.command import RankJob, nccl_env, torchrun_env
 from testbed.launch.loopback import free_port, run_local
@@ -22,7 +22,7 @@ from testbed.readout.traces import load_traces, losses
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 
 pytestmark = [pytest.mark.torch, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available())")]
+    "cuda_devices() == 0", reason="needs a CUDA device (torch.cuda.is_available())")]
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIR = Path(__file__).with_name("nccl_pair.py")
@@ -71,7 +71,7 @@ REAL = Workload(model=ModelSpec(layers=4, hidden=64, heads=2, seq_len=32, vocab=
                 warmup=1, lr=1e-2, compute=Compute(mode="real"), dist_backend="nccl")
 
 
-@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() >= 2,
+@pytest.mark.skipif("cuda_devices() >= 2",
                     reason="every rank has a GPU of its own here")
 def test_real_compute_on_ranks_sharing_one_gpu_is_refused_in_one_line(tmp_path):
     # on an H200, two ranks' real compute over NCCL on the one GPU hung in the first forward
@@ -80,7 +80,7 @@ def test_real_compute_on_ranks_sharing_one_gpu_is_refused_in_one_line(tmp_path):
         run_local(REAL, tmp_path, timeout_s=120)
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs: one per rank")
+@pytest.mark.skipif("cuda_devices() < 2", reason="needs two GPUs: one per rank")
 def test_real_compute_trains_on_the_gpu_over_nccl(tmp_path):
     w = REAL
     run_local(w, tmp_path, timeout_s=180)
@@ -109,6 +109,6 @@ def test_a_two_dc_pipeline_cell_over_nccl_crosses_the_emulated_link(tmp_path):
     assert row["dist_backend"] == "nccl"
     assert row["nccl_transports"] == "NET/Socket" and pd.isna(row["nccl_bypass"])
     # two emulated hosts, one rank each, take the machine's GPUs in rank order
-    assert row["ranks_per_gpu"] == (2 if torch.cuda.device_count() == 1 else 1)
+    assert row["ranks_per_gpu"] == (2 if cuda_devices() == 1 else 1)
     # the activation crossed the shaped link: never faster than its delay (20 ms one way)
     assert 0.020 <= row["activation_readback_s"] < 2 * row["activation_readback_expected_s"], row

@@ -23,7 +23,6 @@ import pytest
 
 from testbed.errors import EXIT_CELLS_FAILED, EXIT_MACHINE, StorageError
 from testbed.net import ledger as ledgers
-from testbed.report.report import build_report
 from testbed.runner.store import RunStore, atomic_write
 
 # its DCs (stoa, stob) are its own, and "nothing was built" is asked of those names: its
@@ -121,6 +120,7 @@ def test_report_on_a_full_disk_names_the_file_it_could_not_write(tmp_path):
                    "repeat": 0, "status": "failed", "error": "x"})
         fill(disk)
         with pytest.raises(StorageError) as e:
+            from testbed.report.report import build_report  # matplotlib: not at collection
             build_report(store.root)
         assert e.value.errno == errno.ENOSPC and e.value.path.startswith(str(store.root))
         assert not list(store.root.rglob(".*.tmp*"))

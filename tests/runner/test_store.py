@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from testbed.errors import SpecError
-from testbed.report.report import build_report
 from testbed.readout.columns import ordered as ordered_columns
 from testbed.runner.store import RunStore
 
@@ -69,6 +68,7 @@ def test_report_rebuilds_summary_and_plots_from_the_csv_alone(store):
         for sched in ("gpipe", "1f1b"):
             store.put(_row(f"c{delay}{sched}", delay=delay, sched=sched))
     store.put(_row("cbad", status="failed", delay=5))
+    from testbed.report.report import build_report  # matplotlib: not at collection
     written = {p.name for p in build_report(store.root)}
     assert {"summary.md", "bubble_vs_delay.png", "iteration_vs_delay.png"} <= written
     summary = (store.root / "summary.md").read_text()

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from torch.distributed.pipelining.schedules import _Action, _validate_schedule
 
 from testbed.__main__ import main
 from testbed.launch.loopback import run_local
@@ -49,6 +48,8 @@ def _experiment(tmp_path: Path, schedule: str, extra: str = "") -> Path:
 
 @pytest.mark.parametrize("name,pp,m,chunks", BUILT_IN, ids=[b[0] for b in BUILT_IN])
 def test_export_reads_back_and_torch_accepts_it(tmp_path, name, pp, m, chunks):
+    # imported here, not at collection, which every pytest-xdist worker makes
+    from torch.distributed.pipelining.schedules import _Action, _validate_schedule
     out = tmp_path / f"{name}.csv"
     assert main(["schedule", "export", name, "--pp", str(pp), "--microbatches", str(m),
                  "--chunks", str(chunks), "-o", str(out)]) == 0

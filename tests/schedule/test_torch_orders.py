@@ -7,8 +7,6 @@ API: torch is pinned to 2.13.0 in pyproject.toml, and these tests say so when it
 from __future__ import annotations
 
 import pytest
-import torch
-from torch.distributed.pipelining import schedules as S
 
 from testbed.schedule.generators import generate
 from testbed.schedule.lower import lower
@@ -34,8 +32,12 @@ def _torch_rows(order: dict) -> list[list[str]]:
     return rows
 
 
-def _bare(cls, **attrs):
-    obj = object.__new__(cls)
+def _bare(name: str, **attrs):
+    """An instance of torch's schedule class ``name`` with just ``attrs``. torch is imported
+    here, not at collection: every pytest-xdist worker collects this module, and importing
+    torch's pipelining cost each of them about 2 s of CPU at the run's start."""
+    from torch.distributed.pipelining import schedules
+    obj = object.__new__(getattr(schedules, name))
     for k, v in attrs.items():
         setattr(obj, k, v)
     return obj
@@ -46,18 +48,19 @@ def _per_rank(obj, pp: int) -> dict:
 
 
 def test_torch_is_the_version_these_orders_were_checked_against():
+    import torch
     assert torch.__version__.startswith("2.13."), "re-check the orders against the new torch"
 
 
 @pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 16)])
 def test_gpipe_matches_torch(pp, m):
-    obj = _bare(S.ScheduleGPipe, _num_stages=pp, _n_microbatches=m)
+    obj = _bare("ScheduleGPipe", _num_stages=pp, _n_microbatches=m)
     assert generate("gpipe", pp, m).to_rows() == _torch_rows(obj._get_pipeline_order())
 
 
 @pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 16)])
 def test_1f1b_matches_torch_except_its_last_rank_numbering(pp, m):
-    obj = _bare(S.Schedule1F1B, _num_stages=pp, _n_microbatches=m)
+    obj = _bare("Schedule1F1B", _num_stages=pp, _n_microbatches=m)
     theirs, ours = _torch_rows(obj._get_pipeline_order()), generate("1f1b", pp, m).to_rows()
     assert ours[:-1] == theirs[:-1]
     # torch 2.13 numbers the last rank's forwards 1…m while its backwards run 0…m−1, so its
@@ -72,27 +75,27 @@ def test_1f1b_matches_torch_except_its_last_rank_numbering(pp, m):
 
 @pytest.mark.parametrize("pp,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 2), (4, 8, 3), (2, 6, 2)])
 def test_interleaved_1f1b_matches_torch(pp, m, v):
-    obj = _bare(S.ScheduleInterleaved1F1B, pp_group_size=pp, _n_microbatches=m, n_local_stages=v,
+    obj = _bare("ScheduleInterleaved1F1B", pp_group_size=pp, _n_microbatches=m, n_local_stages=v,
                 microbatches_per_round=m // max(1, m // pp))
     assert generate("interleaved_1f1b", pp, m, v).to_rows() == _torch_rows(_per_rank(obj, pp))
 
 
 @pytest.mark.parametrize("pp,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 2), (4, 8, 3)])
 def test_zb_h1_matches_torch_interleaved_zero_bubble(pp, m, v):
-    obj = _bare(S.ScheduleInterleavedZeroBubble, pp_group_size=pp, _n_microbatches=m,
+    obj = _bare("ScheduleInterleavedZeroBubble", pp_group_size=pp, _n_microbatches=m,
                 n_local_stages=v, microbatches_per_round=m // max(1, m // pp))
     assert generate("zb_h1", pp, m, v).to_rows() == _torch_rows(_per_rank(obj, pp))
 
 
 @pytest.mark.parametrize("pp,m", [(2, 3), (2, 8), (4, 7), (4, 8), (4, 16)])
 def test_zbv_matches_torch(pp, m):
-    obj = _bare(S.ScheduleZBVZeroBubble, pp_group_size=pp, _n_microbatches=m, num_stages=2 * pp)
+    obj = _bare("ScheduleZBVZeroBubble", pp_group_size=pp, _n_microbatches=m, num_stages=2 * pp)
     assert generate("zbv", pp, m, 2).to_rows() == _torch_rows(_per_rank(obj, pp))
 
 
 @pytest.mark.parametrize("pp,m", [(2, 4), (2, 8), (4, 8), (4, 16)])
 def test_dualpipev_matches_torch(pp, m):
-    obj = _bare(S.ScheduleDualPipeV, pp_group_size=pp, _n_microbatches=m)
+    obj = _bare("ScheduleDualPipeV", pp_group_size=pp, _n_microbatches=m)
     assert generate("dualpipev", pp, m, 2).to_rows() == _torch_rows(_per_rank(obj, pp))
 
 

@@ -11,7 +11,6 @@ import pytest
 
 from testbed.readout.traces import load_traces, losses, metrics_from_traces
 from testbed.spec import Compute, Filler as FillerSpec, ModelSpec, Parallel, Workload
-from testbed.train.filler import Filler, GapPredictor, RunningMean, fits
 from testbed.launch.loopback import run_local
 
 MS = 1_000_000  # ns
@@ -41,16 +40,19 @@ class Records:
 
 
 def filler(prefill_ms=5.0, margin_ms=2.0):
+    from testbed.train.filler import Filler  # imports torch: here, not at collection (tests/cudadevices.py)
     return Filler(FillerSpec(prefill_ms=prefill_ms, margin_ms=margin_ms), "emulated", Records())
 
 
 def test_a_request_fits_only_if_it_ends_a_margin_before_the_gap_does():
+    from testbed.train.filler import fits
     assert fits(0.010, 0.020, 0.005, 0.002)
     assert not fits(0.014, 0.020, 0.005, 0.002)
     assert not fits(0.0, 0.006, 0.005, 0.002)
 
 
 def test_the_gap_predicted_is_the_one_measured_last_at_the_same_point():
+    from testbed.train.filler import GapPredictor
     g = GapPredictor()
     assert g.predict(POINT) is None
     g.observe(POINT, 0.05)
@@ -60,6 +62,7 @@ def test_the_gap_predicted_is_the_one_measured_last_at_the_same_point():
 
 
 def test_the_expected_request_time_follows_measured_requests():
+    from testbed.train.filler import RunningMean
     m = RunningMean(0.005)
     for _ in range(30):
         m.observe(0.008)

@@ -12,7 +12,6 @@ from testbed.plan import plan_cell
 from testbed.plan.outer import grad_numel, sync_input
 from testbed.spec import load_experiment
 from testbed.spec.gradsync import AFTER_LAST_ACTION
-from testbed.train.outer import OuterSync
 
 pytestmark = pytest.mark.torch
 
@@ -47,6 +46,7 @@ def test_the_workers_and_the_simulators_outer_ring_steps_are_the_same(tmp_path, 
     plan, w = plan_cell(cell), cell.experiment.workload
     frags = w.gradient_sync.outer_fragments
     numel = grad_numel(w, plan.schedule.n_stages)
+    from testbed.train.outer import OuterSync  # imports torch: here, not at collection (tests/cudadevices.py)
     for slot in plan.slots:
         stages = plan.schedule.stages_of(slot.pp_rank)
         ex = types.SimpleNamespace(w=w, real=False, tr=None,

@@ -15,7 +15,6 @@ from testbed.launch.loopback import free_port, run_local
 from testbed.readout.traces import load_traces
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 from testbed.spec.costs import FLOAT32_BYTES, ring_chunk_bytes, stage_params
-from testbed.train.ring import PIECE_BYTES, EmulatedRing
 
 pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +52,7 @@ dist.destroy_process_group()
 
 
 def test_pieces_cover_the_chunk_within_the_buffer():
+    from testbed.train.ring import PIECE_BYTES, EmulatedRing  # imports torch: here, not at collection (tests/cudadevices.py)
     numel = 3 * (PIECE_BYTES // FLOAT32_BYTES) * 2 + 7
     ring = EmulatedRing([0, 1, 2], 0, None, {0: numel, 1: 5}, tracer=None)
     assert sum(ring.pieces(0)) == ring.chunk_numel[0] == -(-numel // 3)

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 
 from testbed.readout.traces import load_traces, losses, transfer_times
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 from testbed.launch.loopback import run_local
-from testbed.train.transport import chunks
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = ModelSpec(layers=4, hidden=32, heads=2, seq_len=16, vocab=64)
 
 
 def test_chunks_are_contiguous_views_covering_the_tensor():
+    import torch  # here, not at collection (tests/cudadevices.py)
+    from testbed.train.transport import chunks
     t = torch.arange(10.0).reshape(2, 5)
     parts = chunks(t, 4)
     assert [p.numel() for p in parts] == [3, 3, 2, 2]
