@@ -3,16 +3,20 @@ underlay), removed after the tests. Each machine builds its share of a ``backend
 network inside its own namespace, as a real machine does in its root namespace."""
 from __future__ import annotations
 
+import fcntl
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "remote"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "slurm"))
 from standin import StandInLab  # noqa: E402
 from standin_slurm import NodeSpec, StandInSlurm, missing_packages  # noqa: E402
+from clusterrun import experiment, run  # noqa: E402
 
 UNDERLAY_MTU = 9000
 
@@ -53,3 +57,21 @@ def slurm_nodes():
     finally:
         cluster.stop()
         assert not cluster.leftovers(), cluster.leftovers()
+
+
+@pytest.fixture(scope="session")
+def netns_row(tmp_path_factory, worker_id) -> pd.Series:
+    """The cluster tests' experiment run on one box (``backend: netns``), once per suite run:
+    the SSH and the Slurm cluster run are both held against it. Under pytest-xdist they may run
+    on different workers, so the first to ask runs it and leaves its row where every worker
+    looks (the workers' common temporary directory), under a lock."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base if worker_id == "master" else base.parent
+    path = shared / "cluster-netns-row.json"
+    with open(shared / "cluster-netns-row.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            _, row = run(experiment("netns"), tmp_path_factory.mktemp("netns"))
+            assert row["status"] == "ok", row["error"]
+            path.write_text(row.to_json(), encoding="utf-8")
+    return pd.Series(json.loads(path.read_text(encoding="utf-8")))

@@ -19,7 +19,7 @@ def node_ns(slurm_nodes) -> list[str]:
 
 @pytest.mark.alone  # RTT and iteration time against one box's: measured time
 @pytest.mark.apart_from_quiet
-def test_slurm_run_matches_netns_and_leaves_nothing(slurm_nodes, tmp_path):
+def test_slurm_run_matches_netns_and_leaves_nothing(slurm_nodes, netns_row, tmp_path):
     _, row = run(experiment("cluster", slurm=True), tmp_path / "slurm", SALLOC,
                  slurm_nodes.env())
     assert row["status"] == "ok", row["error"]
@@ -30,7 +30,7 @@ def test_slurm_run_matches_netns_and_leaves_nothing(slurm_nodes, tmp_path):
     tags = run_tags(tmp_path / "slurm")
     assert len(tags) == 3, tags  # the network's and each node's share's
     assert not leftovers(tags, node_ns(slurm_nodes))
-    _, local = run(experiment("netns"), tmp_path / "netns")
+    local = netns_row
     gap = abs(row["iteration_time_s"] / local["iteration_time_s"] - 1)
     assert gap <= ITERATION_TOLERANCE, (row["iteration_time_s"], local["iteration_time_s"])
     assert abs(row["bubble_ratio"] - local["bubble_ratio"]) <= BUBBLE_TOLERANCE
