@@ -24,37 +24,51 @@ from testbed.spec.allreduce import rank_steps
 from testbed.topology import Slot
 from testbed.train.ring import GradientRing
 
-rank, port, algorithm, bucket = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
-dcs = sys.argv[5]
+rank, port, cases = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
 dist.init_process_group("gloo", rank=rank, world_size=4,
                         timeout=datetime.timedelta(seconds=60))
-slots = [Slot(d, 0, d, dcs[d], dcs[:d].count(dcs[d])) for d in range(4)]
-numel = 1001
-steps = {0: rank_steps(slots, rank, numel, algorithm, bucket or None)}
-ring = GradientRing(steps, None, {0: numel}, None)
-flat = torch.arange(1, numel + 1, dtype=torch.float32) * (rank + 1)
-ring.start(0, 0, flat).wait()
-want = torch.arange(1, numel + 1, dtype=torch.float32) * 10
-print(len(steps[0]), bool(torch.equal(flat, want)))
+for case in cases:  # one after another, on the one process group
+    algorithm, bucket, dcs = case.split(":")
+    slots = [Slot(d, 0, d, dcs[d], dcs[:d].count(dcs[d])) for d in range(4)]
+    numel = 1001
+    steps = {0: rank_steps(slots, rank, numel, algorithm, int(bucket) or None)}
+    ring = GradientRing(steps, None, {0: numel}, None)
+    flat = torch.arange(1, numel + 1, dtype=torch.float32) * (rank + 1)
+    ring.start(0, 0, flat).wait()
+    want = torch.arange(1, numel + 1, dtype=torch.float32) * 10
+    print(case, len(steps[0]), bool(torch.equal(flat, want)))
 dist.destroy_process_group()
 """
-
-
-@pytest.mark.parametrize("algorithm,bucket,dcs,steps", [
+CASES = [
     ("ring", 0, "abab", 6),
     ("hierarchical", 300, "abab", 16),
     # unequal DCs (3 replicas and 1): 2 + 2 × 3 pieces + 2 steps per bucket, some idle
-    ("hierarchical", 300, "aaba", 40)])
-def test_the_real_all_reduce_sums_every_replica(tmp_path, algorithm, bucket, dcs, steps):
-    script = tmp_path / "sync.py"
+    ("hierarchical", 300, "aaba", 40)]
+
+
+def _case(algorithm, bucket, dcs) -> str:
+    return f"{algorithm}:{bucket}:{dcs}"
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> list[dict[str, list[str]]]:
+    """Per rank, per case: what the rank printed (its steps, whether its sum is right). One
+    set of four processes runs every case (each process imports torch: about 2 s of CPU)."""
+    script = tmp_path_factory.mktemp("sync") / "sync.py"
     script.write_text(SCRIPT)
     port = str(free_port())
     env = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout's testbed
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), port, algorithm,
-                               str(bucket), dcs], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(4)]
+    cases = [_case(*c[:3]) for c in CASES]
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), port, *cases], cwd=ROOT,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in range(4)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
-    for out, _ in outs:
-        assert out.split() == [str(steps), "True"], out
+    return [{line.split()[0]: line.split()[1:] for line in out.splitlines()} for out, _ in outs]
+
+
+@pytest.mark.parametrize("algorithm,bucket,dcs,steps", CASES)
+def test_the_real_all_reduce_sums_every_replica(outputs, algorithm, bucket, dcs, steps):
+    for out in outputs:
+        assert out[_case(algorithm, bucket, dcs)] == [str(steps), "True"], out
