@@ -9,14 +9,15 @@ always hold; the second always must. So a row outside its band passes only when 
 degraded for a cause measured on this machine (emulated compute over its model, its tail, late
 starts, busy CPUs, the delay line dropping), and the test then warns that the prediction went
 unjudged on that run. A row outside the band that calls itself ok, or whose verdict names only
-the gap or where the model missed, fails."""
+the gap or where the model missed, fails. Which checks measure the machine is fidelity's to
+say (``MACHINE_CHECKS``, read from the row's ``fidelity_failed``), not the reasons' wording."""
 from __future__ import annotations
 
 import warnings
 from typing import Any, Mapping
 
-# reasons of a verdict that are not this machine's: the gap itself, and where the model missed
-NOT_THE_MACHINE = ("measured ", "the all-reduces crossing")
+from testbed.readout.fidelity import MACHINE_CHECKS
+
 SHOWN = ("iteration_time_s", "predicted_iteration_time_s", "mean_iteration_time_s",
          "predicted_mean_iteration_time_s", "compute_stretch_pct", "compute_overshoot_p99_ms",
          "late_starts", "cpu_busy_pct", "delayline_drops")
@@ -26,12 +27,13 @@ class PredictionNotJudged(UserWarning):
     """The row missed its band and its verdict blamed the machine: nothing judged this time."""
 
 
-def machine_causes(verdict: Any) -> list[str]:
-    """The reasons of a ``degraded: …`` verdict that name this machine's distortion."""
-    if not isinstance(verdict, str) or not verdict.startswith("degraded: "):
+def machine_causes(row: Mapping[str, Any]) -> list[str]:
+    """The checks of ``row``'s fidelity verdict (its ``fidelity_failed``) that flagged this
+    machine's distortion of the run (``MACHINE_CHECKS``), not the gap or the model's miss."""
+    failed = row.get("fidelity_failed")
+    if not isinstance(failed, str) or not str(row.get("fidelity")).startswith("degraded"):
         return []
-    reasons = verdict.removeprefix("degraded: ").split("; ")
-    return [r for r in reasons if not r.startswith(NOT_THE_MACHINE)]
+    return [name for name in failed.split("; ") if name in MACHINE_CHECKS]
 
 
 def check_prediction(row: Mapping[str, Any], within: bool, what: str = "the row") -> None:
@@ -39,9 +41,10 @@ def check_prediction(row: Mapping[str, Any], within: bool, what: str = "the row"
     verdict names a cause on this machine, and warn that the prediction went unjudged."""
     if within:
         return
-    causes = machine_causes(row.get("fidelity"))
+    causes = machine_causes(row)
     shown = {k: row[k] for k in SHOWN if k in row}
     assert causes, (f"{what} is outside its band of the prediction and its verdict names no "
                     f"cause on this machine: {row.get('fidelity')!r}; {shown}")
     warnings.warn(PredictionNotJudged(f"{what}: prediction not judged on this run, the "
-                                      f"machine distorted it: {'; '.join(causes)}; {shown}"))
+                                      f"machine distorted it: {'; '.join(causes)}: "
+                                      f"{row.get('fidelity')}; {shown}"))

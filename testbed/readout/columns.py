@@ -57,8 +57,9 @@ BOOKKEEPING = ["metrics_source", "iteration_basis", "exit_status", "wall_time_s"
                "delayline_releases", "queue_drops", "network",
                "links_measured_in", "network_setup_s", "measure_links_s", "started_at",
                "duration_s"]
-# self-fidelity (testbed.readout.fidelity): the verdict, what it could not check, and its signals
-FIDELITY = ["fidelity", "fidelity_unchecked", "compute_overshoot_p50_ms",
+# self-fidelity (testbed.readout.fidelity): the verdict, the checks behind it, what it could not
+# check, and its signals
+FIDELITY = ["fidelity", "fidelity_failed", "fidelity_unchecked", "compute_overshoot_p50_ms",
             "compute_overshoot_p99_ms", "compute_stretch_pct", "late_starts", "cpu_busy_pct",
             "predicted_gap_pct"]
 # a program's control run (testbed.readout.control): its iteration time and bubble over

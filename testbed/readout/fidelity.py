@@ -1,7 +1,9 @@
 """Self-fidelity: how far the instrument distorted its own measurement of a cell.
 
 Per cell the runner records the signals below and a verdict, ``fidelity`` = ``ok`` or
-``degraded: <reason>; <reason>``; what could not be checked is listed in
+``degraded: <reason>; <reason>``; the names of the checks behind the reasons are in
+``fidelity_failed`` (those of ``MACHINE_CHECKS`` measure this machine, the others the
+gap and where the model missed); what could not be checked is listed in
 ``fidelity_unchecked`` (a traced program has no modelled compute durations, lab hosts' CPUs
 are not this box's, a cell without a prediction has no gap to check).
 
@@ -190,22 +192,31 @@ CHECKS: dict[str, Check] = {"compute overshoot": _stretch, "compute overshoot ta
                             "measured vs predicted": _gap, "all-reduce sharing": lambda s:
                             ringskew.check(s.ring_skew, s.measured_s, s.predicted_s,
                                            AGREEMENT_PCT)}
+# the checks that measure this machine's distortion of the run (late or stretched compute,
+# busy CPUs, the delay line's drops and late releases), not the model's miss: a row outside
+# its band whose ``fidelity_failed`` names one of them is not evidence against the simulator
+MACHINE_CHECKS = ("compute overshoot", "compute overshoot tail", "late starts",
+                  "compute vs control run", "CPU", "delay-line drops", "delay-line late releases")
 
 
 def verdict(s: Signals) -> tuple[str, dict[str, Any]]:
     """("ok" | "degraded: <reason>; <reason>", the fidelity columns) from ``s``: every check
-    of ``CHECKS`` that has its input; those without are listed in ``fidelity_unchecked``."""
-    reasons, unchecked = [], []
+    of ``CHECKS`` that has its input; the names of those that flagged the cell are in
+    ``fidelity_failed`` (in the reasons' order), those without input in
+    ``fidelity_unchecked``."""
+    reasons, failed, unchecked = [], [], []
     for name, check in CHECKS.items():
         result = check(s)
         if result is None:
             unchecked.append(f"{name} ({s.why_unknown.get(name, 'not measured')})")
         elif result:
             reasons.append(result)
+            failed.append(name)
     text = "degraded: " + "; ".join(reasons) if reasons else "ok"
     o, gap = s.overshoot, s.gap_pct
     details = {
-        "fidelity": text, "fidelity_unchecked": "; ".join(unchecked),
+        "fidelity": text, "fidelity_failed": "; ".join(failed),
+        "fidelity_unchecked": "; ".join(unchecked),
         "compute_overshoot_p50_ms": None if o is None else round(o.p50_ms, 4),
         "compute_overshoot_p99_ms": None if o is None else round(o.p99_ms, 4),
         "compute_stretch_pct": None if o is None or o.stretch_pct is None

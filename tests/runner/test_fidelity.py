@@ -82,9 +82,18 @@ def test_each_threshold_degrades_just_outside_and_not_just_inside(name):
 
 
 def test_several_reasons_are_all_listed_and_queue_drops_explain_a_gap():
-    text, _ = F.verdict(quiet(cpu_busy_pct=99.0, measured_s=0.120, queue_drops=37))
+    text, d = F.verdict(quiet(cpu_busy_pct=99.0, measured_s=0.120, queue_drops=37))
     assert text == ("degraded: CPU busy 99 % > 90 %; measured +20.0 % vs predicted, outside "
                     "±5 % with 37 queue drops (loss is not modelled)")
+    assert d["fidelity_failed"] == "CPU; measured vs predicted"  # the reasons' checks, in order
+
+
+def test_every_check_is_either_the_machines_or_the_models():
+    # a new check must say which it is: tests/prediction.py lets a missed row pass on the first
+    assert set(F.MACHINE_CHECKS) <= set(F.CHECKS)
+    assert set(F.CHECKS) - set(F.MACHINE_CHECKS) == {"measured vs predicted",
+                                                     "all-reduce sharing"}
+    assert F.verdict(quiet())[1]["fidelity_failed"] == ""
 
 
 def test_a_gap_mostly_in_the_all_reduce_says_so_and_one_elsewhere_does_not():
