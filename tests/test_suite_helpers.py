@@ -234,8 +234,13 @@ def test_a_prediction_missed_passes_only_when_the_rows_verdict_blames_the_machin
 # what collecting the suite may not import: every pytest-xdist worker collects every module,
 # and before any test starts (torch there took the six workers' collection from 11.369 to 22.902 s)
 HEAVY_AT_COLLECTION = ("torch", "matplotlib")
+# The collection's netem probe would build and delete a namespace, kernel work this quiet test
+# must not do beside the timing tests (tests/machineshare.py): it is answered "has netem"
+# here, which only keeps the netem tests from being replaced by their user-mode stand-ins.
 COLLECT = """
 import sys, pytest
+import testbed.probe
+testbed.probe.kernel_has_netem = lambda: True
 code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests"])
 print("IMPORTED", *[m for m in {heavy!r} if m in sys.modules])
 sys.exit(code)
