@@ -30,14 +30,25 @@ from testbed.net.ledger import Ledger
 from testbed.net.shaping import tc
 
 CLEAN_TIMEOUT_S = 60.0
-# kill pid $1 when /proc/$1/stat still gives start time $2 (field 22; the name in field 2 may
-# hold spaces, so the fields are counted after its closing parenthesis), then wait up to 5 s
-# for it to be gone or a zombie (field 3): a process still dying could write into the run
-# directory while it is removed
-_STAT = 'sed "s/.*) //" "/proc/$1/stat" 2>/dev/null | cut -d" " -f'
-_KILL_IF_SAME = (f's=$({_STAT}20); [ "$s" = "$2" ] || exit 0; kill -KILL "$1"; i=0; '
-                 f'while [ $i -lt 100 ]; do st=$({_STAT}1); '
-                 '{ [ -z "$st" ] || [ "$st" = Z ]; } && break; sleep 0.05; i=$((i+1)); done; true')
+# kill every pid of the argument pairs (pid, start time) whose /proc/<pid>/stat still gives
+# that start time (field 22; the name in field 2 may hold spaces, so the fields are counted after
+# its closing parenthesis), then wait up to 5 s, for all of them at once, until each is gone or a
+# zombie (field 3): a process still dying could write into the run directory while it is removed
+_STAT = 'sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f'
+_KILL_IF_SAME = ('killed=; while [ $# -ge 2 ]; do p=$1; '
+                 f's=$({_STAT}20); if [ "$s" = "$2" ]; then kill -KILL "$p"; '
+                 'killed="$killed $p"; fi; shift 2; done; i=0; '
+                 'while [ -n "$killed" ] && [ $i -lt 100 ]; do left=; for p in $killed; do '
+                 f'st=$({_STAT}1); {{ [ -z "$st" ] || [ "$st" = Z ]; }} || left="$left $p"; '
+                 'done; killed=$left; [ -n "$killed" ] && sleep 0.05; i=$((i+1)); done; true')
+
+
+def kill_if_same_argv(processes: list[tuple[int, int]]) -> list[str]:
+    """The one command that kills ``processes`` (pid, start time) on a host, each only if that
+    pid still has that start time, and waits for them together (``_KILL_IF_SAME``)."""
+    return ["sh", "-c", _KILL_IF_SAME, "sh", *(str(v) for pair in processes for v in pair)]
+
+
 # remove directory $1, again up to four times 0.2 s apart: a cluster run's rm once failed
 # with "Directory not empty", something of the killed run still writing in it
 _REMOVE_DIR = ('for i in 1 2 3 4; do rm -rf -- "$1" 2>/dev/null && exit 0; sleep 0.2; done; '
@@ -74,12 +85,13 @@ def clean_lab(led: Ledger) -> tuple[list[str], list[str]]:
 def _clean_host(host: LabHost, m: dict) -> str:
     conn = ssh.connect(host, m["known_hosts"])
     try:
-        did = []
-        for pid, start in m.get("processes", {}).get(host.name, []):
-            if start is not None:  # without its start time a pid is not proof enough
-                ssh.run(conn, host, ["sh", "-c", _KILL_IF_SAME, "sh", str(pid), str(start)],
-                        timeout=CLEAN_TIMEOUT_S)
-                did.append(f"process {pid}")
+        # without its start time a pid is not proof enough; one command for them all, so
+        # that their deaths are waited for together, not up to 5 s each one after another
+        procs = [(pid, start) for pid, start in m.get("processes", {}).get(host.name, [])
+                 if start is not None]
+        if procs:
+            ssh.run(conn, host, kill_if_same_argv(procs), timeout=CLEAN_TIMEOUT_S)
+        did = [f"process {pid}" for pid, _ in procs]
         iface = m.get("shaped", {}).get(host.name)
         if iface:
             qd = tc.parse_json(ssh.run(conn, host, read_argv(tc.SHOW_QDISC + [iface]),
