@@ -166,9 +166,9 @@ def read_back(transport: NcclTransport, pairs: list[tuple[int, int]], shape: tup
     ``READBACK_ROUNDS`` rounds: a late wake-up or a late delay-line release only ever adds to a
     round trip, and one that fell on the second made the round's difference too small (a
     suite run beside the netem tests' user-mode kernel read 19.874 ms across a 20 ms link,
-    three of its five element round trips 3.4 to 5.3 ms over the link's 40 ms). The sender records it
-    (``readback`` record), with each round's difference (``rounds``) and two round trips
-    (``round_trips``: [activation out + element back, element each way])."""
+    three of its five element round trips 3.4 to 5.3 ms over the link's 40 ms). The sender
+    records it (``readback`` record), with each round's difference (``rounds``) and two round
+    trips (``round_trips``: [activation out + element back, element each way])."""
     me = dist.get_rank()
     act = torch.zeros(shape, device=device)
     one = torch.zeros(1, device=device)
