@@ -3,17 +3,11 @@ both algorithms sum every replica's gradients, bucket by bucket, over real gloo 
 processes over loopback; the replicas sit in two DCs of the placement."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from testbed.launch.loopback import free_port
+from glooranks import run_ranks
 
 pytestmark = pytest.mark.torch
-ROOT = Path(__file__).resolve().parents[2]
 
 # each of 4 ranks (replicas of one stage, in the DCs a string names, e.g. a b a b) all-reduces
 # its own vector: element i of rank r is (r + 1) * (i + 1); the sum is 10 * (i + 1)
@@ -55,17 +49,9 @@ def _case(algorithm, bucket, dcs) -> str:
 def outputs(tmp_path_factory) -> list[dict[str, list[str]]]:
     """Per rank, per case: what the rank printed (its steps, whether its sum is right). One
     set of four processes runs every case (each process imports torch: about 2 s of CPU)."""
-    script = tmp_path_factory.mktemp("sync") / "sync.py"
-    script.write_text(SCRIPT)
-    port = str(free_port())
-    env = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout's testbed
     cases = [_case(*c[:3]) for c in CASES]
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), port, *cases], cwd=ROOT,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in range(4)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
-    return [{line.split()[0]: line.split()[1:] for line in out.splitlines()} for out, _ in outs]
+    outs = run_ranks(SCRIPT, 4, tmp_path_factory.mktemp("sync"), *cases)
+    return [{line.split()[0]: line.split()[1:] for line in out.splitlines()} for out in outs]
 
 
 @pytest.mark.parametrize("algorithm,bucket,dcs,steps", CASES)

@@ -10,17 +10,11 @@ during the all-reduce stays on top of the outer result.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from testbed.launch.loopback import free_port
+from glooranks import run_ranks
 
 pytestmark = pytest.mark.torch
-ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import datetime, os, sys, types
@@ -80,18 +74,8 @@ CASES = ("diloco:fp32", "streaming:fp32", "diloco:bf16", "diloco:int8", "diloco:
 def runs(tmp_path_factory) -> dict[str, list[tuple[list[float], str, list[int]]]]:
     """Per case (``mode:dtype``), per rank: (each parameter's change, the kinds of the
     actions traced, the bytes of each ALLREDUCE_STEP)."""
-    tmp = tmp_path_factory.mktemp("outer")
-    script = tmp / "outer.py"
-    script.write_text(SCRIPT)
-    port = str(free_port())
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), port, *CASES], cwd=ROOT,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in range(3)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     got: dict[str, list] = {c: [] for c in CASES}
-    for out, _ in outs:
+    for out in run_ranks(SCRIPT, 3, tmp_path_factory.mktemp("outer"), *CASES):
         lines = {tuple(line.split(" ", 2)[:2]): (line.split(" ", 2) + [""])[2]
                  for line in out.splitlines()}
         for c in CASES:

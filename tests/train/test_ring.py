@@ -4,20 +4,15 @@ no gradient tensors. Real torch.distributed processes over loopback (gloo); no G
 the GPU's reduction is a modelled sleep by design."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from testbed.launch.loopback import free_port, run_local
+from glooranks import run_ranks
+from testbed.launch.loopback import run_local
 from testbed.readout.traces import load_traces
 from testbed.spec import Compute, ModelSpec, Parallel, Workload
 from testbed.spec.costs import FLOAT32_BYTES, ring_chunk_bytes, stage_params
 
 pytestmark = pytest.mark.torch
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = ModelSpec(layers=4, hidden=128, heads=4, seq_len=32, vocab=256)
 
 # Run by test_the_ring_copies_and_never_adds in each of its processes: every rank sends its
@@ -66,16 +61,7 @@ def test_the_ring_copies_and_never_adds(tmp_path):
     # A reducing ring leaves sums in its buffers (rank 1 would end with 1+2+3 = 6 or partial
     # sums); this one must leave the previous rank's value in the receive buffer and its own
     # untouched in the send buffer, after 2(d−1) = 4 steps.
-    script = tmp_path / "ring.py"
-    script.write_text(RING_SCRIPT)
-    port = str(free_port())
-    env = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout's testbed
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), port], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(3)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
-    for rank, (out, _) in enumerate(outs):
+    for rank, out in enumerate(run_ranks(RING_SCRIPT, 3, tmp_path)):
         assert out.split("[")[0].strip() == "4", out
         prev = (rank - 1) % 3 + 1.0
         assert f"[{prev}] [{rank + 1.0}]" in out, (rank, out)
