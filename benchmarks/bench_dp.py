@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchsave import add_save, saved
+from testbed.readout.fidelity import GAP_CHECK
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ["dp-across-dcs", "gradient-sync", "dp-overlap", "wan-sharing",
@@ -88,7 +89,7 @@ def check(df: pd.DataFrame) -> list[dict]:
         # a cause is any check that flagged the cell besides the gap itself (fidelity_failed)
         failed = r.get("fidelity_failed")
         causes = [c for c in (failed.split("; ") if isinstance(failed, str) else [])
-                  if c != "measured vs predicted"]
+                  if c != GAP_CHECK]
         ok = abs(gap) <= ITER_PCT
         why = str(r["fidelity"]).removeprefix("degraded: ")
         rows.append({"cell": label, "what": "iteration s",

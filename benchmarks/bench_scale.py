@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from testbed.cell.celldir import ITERATIONS_CSV
+from testbed.readout.fidelity import GAP_CHECK
 from testbed.runner.store import cell_path
 
 from benchsave import add_save, saved
@@ -52,7 +53,6 @@ TARGET_QUICKSTART_S = 45.0
 TARGET_MB_PER_RANK = 100.0
 TARGET_AGREEMENT = 0.05
 MAX_AGREEMENT_RANKS = 32
-GAP_CHECK = "measured vs predicted"  # the fidelity check that is the gap itself
 
 
 class MemorySampler(threading.Thread):
