@@ -25,7 +25,8 @@ are not this box's, a cell without a prediction has no gap to check).
   fresh statistics at the cell's start and end: ``DelayLineShaper.releases``).
 - ``predicted_gap_pct``: measured vs predicted iteration time, in %; a gap outside the band
   names the data-parallel all-reduce when its exposed time is off by half the gap or more,
-  and so a link direction whose all-reduces ended further apart than predicted (``ringskew``).
+  and so a link direction whose all-reduces ended further apart than predicted (``ringskew``)
+  and ring steps inside DCs that took longer than modelled (``hoststeps``).
 
 The column names are owned by ``testbed.readout.columns`` (``FIDELITY``).
 
@@ -41,7 +42,7 @@ from typing import Any, Callable
 
 from testbed.cell.celldir import CellDir
 from testbed.plan import CellPlan
-from testbed.readout import ringskew
+from testbed.readout import hoststeps, ringskew
 from testbed.readout.cpu import CpuSampler
 from testbed.readout.traces import load_traces, measured_window
 from testbed.readout.tracesignals import Overshoot, compute_overshoot, late_starts
@@ -99,6 +100,7 @@ class Signals:
     compute_vs_control_pct: float | None = None  # a program's compute vs its control run
     allreduce_s: tuple[float, float] | None = None  # all-reduce exposed: (measured, predicted)
     ring_skew: ringskew.RingSkew | None = None  # all-reduces ending apart on one link direction
+    host_steps_s: float | None = None  # ring steps inside DCs beyond their model, s/iteration
     program: bool = False
     why_unknown: dict[str, str] = field(default_factory=dict)  # check → why it has no input
 
@@ -193,12 +195,17 @@ CHECKS: dict[str, Check] = {"compute overshoot": _stretch, "compute overshoot ta
                             "delay-line late releases": _late_releases,
                             GAP_CHECK: _gap, "all-reduce sharing": lambda s:
                             ringskew.check(s.ring_skew, s.measured_s, s.predicted_s,
-                                           AGREEMENT_PCT)}
+                                           AGREEMENT_PCT),
+                            "all-reduce steps inside DCs": lambda s:
+                            hoststeps.check(s.host_steps_s, s.measured_s, s.predicted_s,
+                                            AGREEMENT_PCT)}
 # the checks that measure this machine's distortion of the run (late or stretched compute,
-# busy CPUs, the delay line's drops and late releases), not the model's miss: a row outside
+# busy CPUs, the delay line's drops and late releases, slow transfers between two of its
+# processes where no link is emulated), not the model's miss: a row outside
 # its band whose ``fidelity_failed`` names one of them is not evidence against the simulator
 MACHINE_CHECKS = ("compute overshoot", "compute overshoot tail", "late starts",
-                  "compute vs control run", "CPU", "delay-line drops", "delay-line late releases")
+                  "compute vs control run", "CPU", "delay-line drops", "delay-line late releases",
+                  "all-reduce steps inside DCs")
 
 
 def verdict(s: Signals) -> tuple[str, dict[str, Any]]:
@@ -258,6 +265,7 @@ def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
     _trace_signals(s, traces, plan)
     if s.gap_pct is not None and abs(s.gap_pct) > AGREEMENT_PCT:  # only a miss needs a cause
         s.ring_skew = ringskew.ring_skew(traces, plan)
+        s.host_steps_s = hoststeps.excess(traces, plan)
     if not hosts_here:
         s.why_unknown["CPU"] = "the workers ran on lab hosts"
     else:
