@@ -5,15 +5,13 @@ the simulator's prediction (testbed/sim/collective.py), and hierarchical, which 
 delay in 2 steps instead of 6, is faster in both."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from prediction import check_prediction
+from runexp import run_experiment
 from testbed.cell.cellfile import CellFile
 from testbed.readout.traces import load_traces
 from testbed.spec.allreduce import rank_steps
@@ -21,7 +19,6 @@ from testbed.spec.costs import FLOAT32_BYTES
 
 # alone: measured against predicted is measured time
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow, pytest.mark.alone]
-ROOT = Path(__file__).resolve().parents[2]
 # predicted / measured iteration time on a busy 2-core machine (as test_emulated_dp.py)
 RATIO_BAND = (0.75, 1.1)
 # bytes a WAN interface counted against the payload the plan sends that way plus the headers
@@ -57,13 +54,7 @@ timeout_s: 180
 
 
 def test_dp_across_two_dcs_ring_and_hierarchical_measure_near_their_predictions(tmp_path):
-    exp = tmp_path / "dpwan.yaml"
-    exp.write_text(EXPERIMENT)
-    res = subprocess.run([sys.executable, "-m", "testbed", "run", str(exp), "--results",
-                          str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600, env=dict(os.environ))
-    assert res.returncode == 0, res.stdout + res.stderr
-    (run,) = list((tmp_path / "results" / "dpwan").iterdir())
+    run = run_experiment(EXPERIMENT, tmp_path)
     rows = pd.read_csv(run / "results.csv").set_index("gradient_sync")
     assert set(rows["placement_map"]) == {"dwa | dwb | dwa | dwb"}
     assert set(rows["placement"]) == {"map"}

@@ -3,20 +3,16 @@ cross the shaped intra-DC links and the measured iteration time stays near the s
 prediction, which models the same ring (testbed/sim/inputs.py allreduce_s)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from prediction import check_prediction
+from runexp import run_experiment
 from testbed.readout.traces import load_traces
 
 # alone: measured against predicted is measured time
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow, pytest.mark.alone]
-ROOT = Path(__file__).resolve().parents[2]
 # predicted / measured iteration time: the band the runner tests use for a busy 2-core
 # machine (the measurement is slower when other work competes for the cores). Here the
 # all-reduce is about half the iteration, so leaving it out of either side breaks the band.
@@ -47,13 +43,7 @@ timeout_s: 180
 
 
 def test_dp2_netns_cell_measures_near_its_prediction(tmp_path):
-    exp = tmp_path / "dpring.yaml"
-    exp.write_text(EXPERIMENT)
-    res = subprocess.run([sys.executable, "-m", "testbed", "run", str(exp), "--results",
-                          str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600, env=dict(os.environ))
-    assert res.returncode == 0, res.stdout + res.stderr
-    (run,) = list((tmp_path / "results" / "dpring").iterdir())
+    run = run_experiment(EXPERIMENT, tmp_path)
     row = pd.read_csv(run / "results.csv").iloc[0]
     assert row["status"] == "ok", row["error"]
     ratio = row["predicted_iteration_time_s"] / row["iteration_time_s"]

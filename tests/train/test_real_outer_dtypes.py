@@ -4,19 +4,16 @@ interfaces' counters), the replicas still agree, and the training is the fp32 ru
 the quantization's rounding."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from runexp import run_experiment
 from testbed.readout.traces import load_traces
 from testbed.spec.gradsync import OUTER_WARM_UP_ROUNDS
 
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 ITERATIONS, INNER_STEPS = 9, 3
 # per direction and iteration, the counted bytes less the frames' headers against the outer
 # all-reduces' payload: left in it are int8's 4-byte scale per chunk, gloo's message headers,
@@ -53,13 +50,7 @@ def _losses(cell_dir: Path) -> dict[int, list[float]]:
 
 
 def test_real_diloco_in_int8_sends_a_quarter_of_the_bytes_and_trains_as_fp32_does(tmp_path):
-    exp = tmp_path / "rdt.yaml"
-    exp.write_text(EXPERIMENT)
-    res = subprocess.run([sys.executable, "-m", "testbed", "run", str(exp), "--results",
-                          str(tmp_path / "results"), "--quiet"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600, env=dict(os.environ))
-    assert res.returncode == 0, res.stdout + res.stderr
-    (run,) = list((tmp_path / "results" / "rdt").iterdir())
+    run = run_experiment(EXPERIMENT, tmp_path, "--quiet")
     rows = pd.read_csv(run / "results.csv").set_index("outer_dtype")
     syncs = OUTER_WARM_UP_ROUNDS + ITERATIONS // INNER_STEPS  # warm-up rounds and sync steps
     losses = {}

@@ -7,22 +7,18 @@ pipelines staggered themselves after the first transfer: measured 1.62 s fair an
 temporal, both predicted 1.67 s (one run, busy machine)."""
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from prediction import check_prediction
+from runexp import run_experiment
 from testbed.cell.cellfile import CellFile
 from testbed.readout.traces import load_traces
 
 # alone: each replica's start offset within 4 ms, and measured against predicted is measured time
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow, pytest.mark.alone]
-ROOT = Path(__file__).resolve().parents[2]
 RATIO_BAND = (0.75, 1.1)  # predicted / measured on a busy 2-core machine (test_emulated_dp.py)
 
 # 256 KiB activations take 22 ms on the 100 Mbit/s link, F = 50 ms: room for two replicas
@@ -48,13 +44,7 @@ timeout_s: 180
 
 
 def test_fair_and_temporal_sharing_measure_near_their_predictions(tmp_path):
-    exp = tmp_path / "wanshare.yaml"
-    exp.write_text(EXPERIMENT)
-    res = subprocess.run([sys.executable, "-m", "testbed", "run", str(exp), "--results",
-                          str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600, env=dict(os.environ))
-    assert res.returncode == 0, res.stdout + res.stderr
-    (run,) = list((tmp_path / "results" / "wanshare").iterdir())
+    run = run_experiment(EXPERIMENT, tmp_path)
     rows = pd.read_csv(run / "results.csv").set_index("workload.wan_sharing")
     assert set(rows["status"]) == {"ok"}, rows["error"]
     fair = rows.loc["fair"]
