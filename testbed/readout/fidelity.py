@@ -265,7 +265,8 @@ def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
     _trace_signals(s, traces, plan)
     if s.gap_pct is not None and abs(s.gap_pct) > AGREEMENT_PCT:  # only a miss needs a cause
         s.ring_skew = ringskew.ring_skew(traces, plan)
-        s.host_steps_s = hoststeps.excess(traces, plan)
+        # only where every emulated host is a process of this machine are those steps its
+        s.host_steps_s = hoststeps.excess(traces, plan) if hosts_here else None
     if not hosts_here:
         s.why_unknown["CPU"] = "the workers ran on lab hosts"
     else:
