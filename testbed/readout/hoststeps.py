@@ -24,18 +24,21 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from typing import Callable
 
 from testbed.plan import CellPlan
 from testbed.sim import calibration as C
 from testbed.sim import run
 from testbed.sim.iteration import SimInput, SimResult
+from testbed.spec.allreduce import Step
 from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
 
 # (stage, rank, step index) → (post, end) in seconds
 Timed = dict[tuple[int, int, int], tuple[float, float]]
 
 
-def own_times(timed: Timed, steps: dict[int, dict[int, list]], keep) -> dict[int, float]:
+def own_times(timed: Timed, steps: dict[int, dict[int, list[Step]]],
+              keep: Callable[[int, Step], bool]) -> dict[int, float]:
     """Per rank: its steps' own time summed (end − the last post of itself, its receiver and its
     sender), over the steps ``keep(rank, step)`` accepts that all three have timed."""
     out: dict[int, float] = defaultdict(float)
@@ -91,7 +94,7 @@ def excess(traces: dict[int, list[dict]], plan: CellPlan) -> float | None:
         return None  # an outer sync's steps are predicted per kind of iteration, not here
     inp = plan.sim_input()
 
-    def unshaped(rank: int, st) -> bool:
+    def unshaped(rank: int, st: Step) -> bool:
         return not inp.path(rank, st.send_to).hops and not inp.path(st.recv_from, rank).hops
 
     want = own_times(predicted(run(inp), inp), inp.collectives, unshaped)
