@@ -35,6 +35,7 @@ constant says why it has its value; docs/architecture.md ("Fidelity") gives the 
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,9 +265,10 @@ def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
     traces = load_traces(cell_dir, finished=False) if CellDir(cell_dir).traces() else {}
     _trace_signals(s, traces, plan)
     if s.gap_pct is not None and abs(s.gap_pct) > AGREEMENT_PCT:  # only a miss needs a cause
-        s.ring_skew = ringskew.ring_skew(traces, plan)
+        sim = functools.cache(lambda: ringskew.simulated(plan))  # simulated once, if at all
+        s.ring_skew = ringskew.ring_skew(traces, plan, sim)
         # only where every emulated host is a process of this machine are those steps its
-        s.host_steps_s = hoststeps.excess(traces, plan) if hosts_here else None
+        s.host_steps_s = hoststeps.excess(traces, plan, sim) if hosts_here else None
     if not hosts_here:
         s.why_unknown["CPU"] = "the workers ran on lab hosts"
     else:

@@ -27,8 +27,8 @@ from collections import defaultdict
 from typing import Callable
 
 from testbed.plan import CellPlan
+from testbed.readout.ringskew import Simulated, simulated
 from testbed.sim import calibration as C
-from testbed.sim import run
 from testbed.sim.iteration import SimInput, SimResult
 from testbed.spec.allreduce import Step
 from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
@@ -85,19 +85,21 @@ def predicted(res: SimResult, inp: SimInput) -> Timed:
     return out
 
 
-def excess(traces: dict[int, list[dict]], plan: CellPlan) -> float | None:
+def excess(traces: dict[int, list[dict]], plan: CellPlan,
+           sim: Simulated | None = None) -> float | None:
     """Seconds by which the unshaped ring steps' own time exceeded the prediction: the largest
     rank's sum per iteration, median over the measured iterations; None when the cell has no
-    such steps, or no per-step prediction."""
+    such steps, or no per-step prediction. ``sim`` gives the simulated iteration (default:
+    ``ringskew.simulated(plan)``)."""
     w = plan.experiment.workload
     if w.parallel.dp == 1 or w.gradient_sync.outer or plan.costs is None:
         return None  # an outer sync's steps are predicted per kind of iteration, not here
-    inp = plan.sim_input()
+    inp, res = sim() if sim is not None else simulated(plan)
 
     def unshaped(rank: int, st: Step) -> bool:
         return not inp.path(rank, st.send_to).hops and not inp.path(st.recv_from, rank).hops
 
-    want = own_times(predicted(run(inp), inp), inp.collectives, unshaped)
+    want = own_times(predicted(res, inp), inp.collectives, unshaped)
     if not want:
         return None
     per_iter = []

@@ -25,10 +25,13 @@ from typing import Callable, Iterable
 
 from testbed.plan import CellPlan
 from testbed.sim import SimResult, run
+from testbed.sim.iteration import SimInput
 
 # (iteration, rank, stage, rank sent to, end in seconds) of one ring step
 Step = tuple[int, int, int, int, float]
 Route = Callable[[int, int], list[tuple[str, str]]]
+# gives the simulator's input and its iteration of a cell (computed once for several readers)
+Simulated = Callable[[], "tuple[SimInput, SimResult]"]
 
 
 @dataclass(frozen=True)
@@ -78,9 +81,17 @@ def skews(steps: Iterable[Step], route: Route) -> dict[tuple[str, str], float]:
     return out
 
 
-def ring_skew(traces: dict[int, list[dict]], plan: CellPlan) -> RingSkew | None:
+def simulated(plan: CellPlan) -> tuple[SimInput, SimResult]:
+    """The simulator's input for ``plan`` and one iteration of it."""
+    inp = plan.sim_input()
+    return inp, run(inp)
+
+
+def ring_skew(traces: dict[int, list[dict]], plan: CellPlan,
+              sim: Simulated | None = None) -> RingSkew | None:
     """The link direction whose all-reduces ended furthest apart beyond the prediction; None
-    when no direction carries two stages' ring steps (or the cell has no prediction)."""
+    when no direction carries two stages' ring steps (or the cell has no prediction).
+    ``sim`` gives the simulated iteration (default: ``simulated(plan)``)."""
     w = plan.experiment.workload
     if w.parallel.dp == 1 or w.gradient_sync.outer or plan.costs is None:
         return None
@@ -92,8 +103,8 @@ def ring_skew(traces: dict[int, list[dict]], plan: CellPlan) -> RingSkew | None:
     got = skews(measured_steps(traces, w.warmup), route)
     if not got:
         return None
-    inp = plan.sim_input()
-    want = skews(predicted_steps(run(inp), inp.collectives), route)
+    inp, res = sim() if sim is not None else simulated(plan)
+    want = skews(predicted_steps(res, inp.collectives), route)
     hop = max(got, key=lambda h: got[h] - want.get(h, 0.0))
     return RingSkew(hop[0], hop[1], got[hop], want.get(hop, 0.0))
 
