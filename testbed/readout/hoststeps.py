@@ -4,11 +4,12 @@ take: steps whose bytes cross no emulated link, so that only this machine delays
 A ring step of rank r sends to n and receives from p (``testbed.spec.allreduce``). It cannot
 end before all three have posted it (gloo sends once the receiver is ready), so the step's
 *own* time is from the last of those three posts to its end: measured, from the traces'
-ALLREDUCE_STEP records (``t0`` its post, ``t1`` its end, the addition of a reduce-scatter step
-included); predicted, from the simulator's steps of the same cell (each step's post and the
-moment its own bytes left), its end being when its bytes have left and p's have arrived, plus
-the modelled addition, as ``testbed.sim.collective`` ends it. Waiting for a peer that was late
-is not in either.
+ALLREDUCE_STEP records (``t0`` its post, ``t1`` when its send and receive are done: emulated
+compute sleeps a reduce-scatter step's addition after the record, ``testbed.train.ring``);
+predicted, from the simulator's steps of the same cell (each step's post and the moment its own
+bytes left), its end being when its bytes have left and p's have arrived
+(``testbed.sim.collective``, before it adds the modelled addition). Waiting for a peer that was
+late is not in either.
 
 Only steps whose send and receive paths are unshaped count (both peers in the rank's DC, no
 shaped hop): the network emulation adds nothing to them, and the simulator times them with
@@ -31,7 +32,6 @@ from testbed.readout.ringskew import Simulated, simulated
 from testbed.sim import calibration as C
 from testbed.sim.iteration import SimInput, SimResult
 from testbed.spec.allreduce import Step
-from testbed.spec.costs import FLOAT32_BYTES, reduce_step_s
 
 # (stage, rank, step index) → (post, end) in seconds
 Timed = dict[tuple[int, int, int], tuple[float, float]]
@@ -65,9 +65,8 @@ def measured(traces: dict[int, list[dict]], warmup: int) -> dict[int, Timed]:
 
 def predicted(res: SimResult, inp: SimInput) -> Timed:
     """Every simulated ring step's (post, end): ended when its own bytes had left and its
-    sender's had arrived (one delay and the message latency after they left), plus the
-    modelled addition of a reduce-scatter step. A ring timed whole (no per-step spans) is
-    absent."""
+    sender's had arrived (one delay and the message latency after they left), as the trace
+    ends it, before the addition. A ring timed whole (no per-step spans) is absent."""
     left = {(sp.stage, rank, sp.microbatch): (sp.t0, sp.t1)
             for rank, spans in res.allreduce.items() for sp in spans
             if sp.kind == "ALLREDUCE_STEP" and sp.microbatch is not None}
@@ -78,10 +77,7 @@ def predicted(res: SimResult, inp: SimInput) -> Timed:
         if sender is None:
             continue
         arrived = sender[1] + inp.path(st.recv_from, rank).delay_s + C.MESSAGE_LATENCY_S
-        end = max(gone, arrived)
-        if st.reduce:
-            end += reduce_step_s(st.numel * FLOAT32_BYTES) + C.SLEEP_OVERSHOOT_S
-        out[(stage, rank, i)] = (post, end)
+        out[(stage, rank, i)] = (post, max(gone, arrived))
     return out
 
 

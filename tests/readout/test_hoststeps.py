@@ -72,6 +72,6 @@ def test_a_recorded_hierarchical_cell_whose_steps_inside_the_dcs_were_slow_is_re
     plan = plans["cced440e8"]
     assert plan.cell.params["workload.gradient_sync.algorithm"] == "hierarchical"
     extra = hoststeps.excess(load_traces(LEAD / "gradient-sync-cced440e8", finished=False), plan)
-    # measured 6.0 ms: the slowest rank's steps inside its DC, over their prediction
-    assert extra == pytest.approx(0.0060, abs=0.0005)
+    # 6.4 ms: the slowest rank's steps inside its DC, over their prediction
+    assert extra == pytest.approx(0.0064, abs=0.0005)
     assert hoststeps.check(extra, 0.137899, plan.prediction["predicted_iteration_time_s"], 5.0)
