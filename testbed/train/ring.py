@@ -5,15 +5,14 @@ all-gather inside), run over P2P between the replicas.
 Each step sends one chunk to the next rank of its ring and receives one from the previous
 rank, over the DP group (split over ``workload.connections`` TCP connections when there are
 several groups), the receive posted first (``_exchange``); the next step starts when both are
-done. Real compute moves slices of the
-real (flattened, padded) gradients and adds what a reduce-scatter step receives: a real
-all-reduce with the same algorithm (a low-communication outer all-reduce in ``outer_dtype``
-sends each slice encoded, ``testbed.train.wirecodec``). Emulated compute never reads
-gradients: each step is a send from a buffer nothing writes and a receive into one nothing
-reads, and the addition is
-not done: its time on a GPU (``reduce_step_s``, docs/architecture.md) is slept instead, so a
-busy 2-core box spends no CPU on arithmetic nothing reads, and the simulator
-(``testbed.sim.collective``) models the same steps.
+done. Real compute moves slices of the real (flattened, padded) gradients and adds what a
+reduce-scatter step receives: a real all-reduce with the same algorithm (a low-communication
+outer all-reduce in ``outer_dtype`` sends each slice encoded, ``testbed.train.wirecodec``).
+Emulated compute never reads gradients: each step is a send from a buffer nothing writes and a
+receive into one nothing reads, and the addition is not done: its time on a GPU
+(``reduce_step_s``, docs/architecture.md) is slept instead, so a busy 2-core box spends no CPU
+on arithmetic nothing reads, and the simulator (``testbed.sim.collective``) models the same
+steps.
 
 Memory (emulated): one send and one receive buffer per rank, of at most ``PIECE_BYTES`` (a
 chunk larger than that travels as several messages posted together), shared by every piece,
@@ -144,22 +143,22 @@ class GradientRing:
 
     def _emulated(self, it: int, stage: int) -> None:
         for st in self.steps[stage]:
-            tag = stage * STAGE_TAGS + st.index
             t0 = ns()
             self._exchange([(self.send_buf[:k], self.recv_buf[:k])
-                            for k in self.pieces(stage, st.numel)], st, tag)
+                            for k in self.pieces(stage, st.numel)], stage, st)
             self._trace(it, stage, st, t0)
             if st.reduce:
                 time.sleep(reduce_step_s(st.numel * FLOAT32_BYTES))  # not done: slept
 
-    def _exchange(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], st: Step,
-                  tag: int) -> None:
+    def _exchange(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], stage: int,
+                  st: Step) -> None:
         """Send each (out, into) pair's ``out`` to ``st.send_to`` while receiving ``into`` from
-        ``st.recv_from``, and wait for all. Each receive is posted before its send: gloo tells
-        the sender a receive is ready over the pair's connection, behind whatever this rank
-        has already written to it, so a send first made the peer's chunk wait for this
-        rank's (across a 20 ms, 100 Mbit/s link, a step with a new peer took 70 ms instead
-        of 55: results/leads/hierarchical-intra-step/)."""
+        ``st.recv_from`` (tagged with ``stage``'s step), and wait for all. Each receive is
+        posted before its send: gloo tells the sender a receive is ready over the pair's
+        connection, behind whatever this rank has already written to it, so a send first made
+        the peer's chunk wait for this rank's (across a 20 ms, 100 Mbit/s link, a step with a
+        new peer took 70 ms instead of 55: results/leads/hierarchical-intra-step/)."""
+        tag = stage * STAGE_TAGS + st.index
         works = [w for out, into in pairs for w in (
             self.transport.irecv(into, st.recv_from, tag),
             self.transport.isend(out, st.send_to, tag))]
@@ -178,8 +177,7 @@ class GradientRing:
             start, n, buf = buckets[st.bucket]
             got = torch.empty(st.numel)
             t0 = ns()
-            self._exchange([(buf[st.send_at:st.send_at + st.numel], got)], st,
-                           stage * STAGE_TAGS + st.index)
+            self._exchange([(buf[st.send_at:st.send_at + st.numel], got)], stage, st)
             if st.reduce:
                 buf[st.recv_at:st.recv_at + st.numel] += got
             else:
@@ -202,7 +200,7 @@ class GradientRing:
                 out.copy_(codec.decode(msg, st.numel))
             got = torch.empty(codec.nbytes(st.numel), dtype=torch.uint8)
             t0 = ns()
-            self._exchange([(msg, got)], st, stage * STAGE_TAGS + st.index)
+            self._exchange([(msg, got)], stage, st)
             into = buf[st.recv_at:st.recv_at + st.numel]
             if st.reduce:
                 into += codec.decode(got, st.numel)
