@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchsave import add_save, saved
-from testbed.readout.fidelity import GAP_CHECK
+from testbed.readout.fidelity import GAP_CHECK, failed_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ["dp-across-dcs", "gradient-sync", "dp-overlap", "wan-sharing",
@@ -86,10 +86,8 @@ def check(df: pd.DataFrame) -> list[dict]:
             rows.append({"cell": label, "what": "status", "verdict": f"FAIL: {r['error']}"})
             continue
         gap = _pct(r["iteration_time_s"], r["predicted_iteration_time_s"])
-        # a cause is any check that flagged the cell besides the gap itself (fidelity_failed)
-        failed = r.get("fidelity_failed")
-        causes = [c for c in (failed.split("; ") if isinstance(failed, str) else [])
-                  if c != GAP_CHECK]
+        # a cause is any check that flagged the cell besides the gap itself
+        causes = [c for c in failed_checks(r) if c != GAP_CHECK]
         ok = abs(gap) <= ITER_PCT
         why = str(r["fidelity"]).removeprefix("degraded: ")
         rows.append({"cell": label, "what": "iteration s",

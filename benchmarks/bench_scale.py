@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from testbed.cell.celldir import ITERATIONS_CSV
-from testbed.readout.fidelity import GAP_CHECK
+from testbed.readout.fidelity import GAP_CHECK, failed_checks
 from testbed.runner.store import cell_path
 
 from benchsave import add_save, saved
@@ -175,7 +175,7 @@ def explained(row: dict) -> bool:
     (CPU, overshoot, late starts, the delay line: ``fidelity_failed``), or the gap came with
     queue drops (loss is not modelled), not only because the measurement is off the
     prediction."""
-    failed = [c for c in str(row.get("fidelity_failed") or "").split("; ") if c]
+    failed = failed_checks(row)
     return any(c != GAP_CHECK for c in failed) or \
         (GAP_CHECK in failed and int(float(row.get("queue_drops") or 0)) > 0)
 

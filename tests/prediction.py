@@ -7,16 +7,17 @@ some hours by many milliseconds, sleeps and delay-line releases alike:
 results/suite/xdist-timing.md, results/benchmarks/slow_day_2026-12-03.md) the first half cannot
 always hold; the second always must. So a row outside its band passes only when its verdict is
 degraded for a cause measured on this machine (emulated compute over its model, its tail, late
-starts, busy CPUs, the delay line dropping), and the test then warns that the prediction went
-unjudged on that run. A row outside the band that calls itself ok, or whose verdict names only
-the gap or where the model missed, fails. Which checks measure the machine is fidelity's to
-say (``MACHINE_CHECKS``, read from the row's ``fidelity_failed``), not the reasons' wording."""
+starts, busy CPUs, the delay line dropping, slow ring steps inside DCs), and the test then
+warns that the prediction went unjudged on that run. A row outside the band that calls itself
+ok, or whose verdict names only the gap or where the model missed, fails. Which checks measure
+the machine is fidelity's to say (``MACHINE_CHECKS``, read from the row's ``fidelity_failed``),
+not the reasons' wording."""
 from __future__ import annotations
 
 import warnings
 from typing import Any, Mapping
 
-from testbed.readout.fidelity import MACHINE_CHECKS
+from testbed.readout.fidelity import MACHINE_CHECKS, failed_checks
 
 SHOWN = ("iteration_time_s", "predicted_iteration_time_s", "mean_iteration_time_s",
          "predicted_mean_iteration_time_s", "compute_stretch_pct", "compute_overshoot_p99_ms",
@@ -30,10 +31,9 @@ class PredictionNotJudged(UserWarning):
 def machine_causes(row: Mapping[str, Any]) -> list[str]:
     """The checks of ``row``'s fidelity verdict (its ``fidelity_failed``) that flagged this
     machine's distortion of the run (``MACHINE_CHECKS``), not the gap or the model's miss."""
-    failed = row.get("fidelity_failed")
-    if not isinstance(failed, str) or not str(row.get("fidelity")).startswith("degraded"):
+    if not str(row.get("fidelity")).startswith("degraded"):
         return []
-    return [name for name in failed.split("; ") if name in MACHINE_CHECKS]
+    return [name for name in failed_checks(row) if name in MACHINE_CHECKS]
 
 
 def check_prediction(row: Mapping[str, Any], within: bool, what: str = "the row") -> None:

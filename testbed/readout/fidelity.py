@@ -200,13 +200,21 @@ CHECKS: dict[str, Check] = {"compute overshoot": _stretch, "compute overshoot ta
                             "all-reduce steps inside DCs": lambda s:
                             hoststeps.check(s.host_steps_s, s.measured_s, s.predicted_s,
                                             AGREEMENT_PCT)}
-# the checks that measure this machine's distortion of the run (late or stretched compute,
-# busy CPUs, the delay line's drops and late releases, slow transfers between two of its
-# processes where no link is emulated), not the model's miss: a row outside
-# its band whose ``fidelity_failed`` names one of them is not evidence against the simulator
+# the checks that measure this machine's distortion of the run (late or stretched compute, busy
+# CPUs, the delay line's drops and late releases, slow transfers where no link is emulated), not
+# the model's miss: a row outside its band that one of them flagged is no evidence against the model
 MACHINE_CHECKS = ("compute overshoot", "compute overshoot tail", "late starts",
                   "compute vs control run", "CPU", "delay-line drops", "delay-line late releases",
                   "all-reduce steps inside DCs")
+
+
+FAILED_SEPARATOR = "; "  # joins the check names in ``fidelity_failed``
+
+
+def failed_checks(row: Any) -> list[str]:
+    """The check names in ``row``'s ``fidelity_failed`` (none when empty or NaN)."""
+    value = row.get("fidelity_failed")
+    return [c for c in value.split(FAILED_SEPARATOR) if c] if isinstance(value, str) else []
 
 
 def verdict(s: Signals) -> tuple[str, dict[str, Any]]:
@@ -225,7 +233,7 @@ def verdict(s: Signals) -> tuple[str, dict[str, Any]]:
     text = "degraded: " + "; ".join(reasons) if reasons else "ok"
     o, gap = s.overshoot, s.gap_pct
     details = {
-        "fidelity": text, "fidelity_failed": "; ".join(failed),
+        "fidelity": text, "fidelity_failed": FAILED_SEPARATOR.join(failed),
         "fidelity_unchecked": "; ".join(unchecked),
         "compute_overshoot_p50_ms": None if o is None else round(o.p50_ms, 4),
         "compute_overshoot_p99_ms": None if o is None else round(o.p99_ms, 4),
