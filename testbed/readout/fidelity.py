@@ -206,8 +206,6 @@ CHECKS: dict[str, Check] = {"compute overshoot": _stretch, "compute overshoot ta
 MACHINE_CHECKS = ("compute overshoot", "compute overshoot tail", "late starts",
                   "compute vs control run", "CPU", "delay-line drops", "delay-line late releases",
                   "all-reduce steps inside DCs")
-
-
 FAILED_SEPARATOR = "; "  # joins the check names in ``fidelity_failed``
 
 
@@ -275,7 +273,7 @@ def assess(cell_dir: Path, plan: CellPlan, row: dict[str, Any],
     if s.gap_pct is not None and abs(s.gap_pct) > AGREEMENT_PCT:  # only a miss needs a cause
         sim = functools.cache(lambda: ringskew.simulated(plan))  # simulated once, if at all
         s.ring_skew = ringskew.ring_skew(traces, plan, sim)
-        # only where every emulated host is a process of this machine are those steps its
+        # on lab hosts the steps inside DCs cross real machines, not this one's CPUs
         s.host_steps_s = hoststeps.excess(traces, plan, sim) if hosts_here else None
     if not hosts_here:
         s.why_unknown["CPU"] = "the workers ran on lab hosts"
